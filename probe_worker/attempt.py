@@ -1,0 +1,65 @@
+"""The one signature every probe kind shares, and the types it speaks.
+
+Each module in probe_worker/probes/ exports
+
+    async def probe(spec: ProbeSpec, endpoint: Endpoint, ctx: AttemptContext) -> Outcome
+
+like blackbox_exporter's ProbeFn: the kind reads its own action from the spec,
+connects through probe_worker.connect, records phases on ctx.trace, and maps
+everything (timeouts included) to an Outcome with the kubelet's exact output.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.trace import Trace
+
+Result = spec_pb.AttemptResult
+SUCCESS = spec_pb.RESULT_SUCCESS
+WARNING = spec_pb.RESULT_WARNING
+FAILURE = spec_pb.RESULT_FAILURE
+UNKNOWN = spec_pb.RESULT_UNKNOWN
+
+# Outputs are stored, streamed and logged: no attempt may carry more than this.
+MAX_OUTPUT_CHARS = 10240 + 256
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to connect. `host` is what URLs and messages show."""
+
+    host: str                     # an IP literal, or an explicit hostname from the spec
+    addresses: tuple[str, ...]    # candidate IPs, preferred first; empty means resolve `host`
+    port: int
+    family_filter: int = 0        # socket.AF_INET / AF_INET6 when resolving a hostname; 0 = any
+
+
+@dataclass
+class AttemptContext:
+    deadline: float                       # event-loop time by which the attempt must be over
+    timeout_ns: int                       # the probe timeout, for messages such as "within 1s"
+    user_agent: str                       # "kube-probe/1.32"
+    trace: Trace = field(default_factory=Trace)
+    tls: ssl.SSLContext | None = None     # shared per worker: building one costs milliseconds
+    happy_eyeballs_delay: float = 0.25    # RFC 8305 "Connection Attempt Delay"
+
+
+@dataclass
+class Outcome:
+    result: int
+    output: str = ""
+    address: str = ""          # "ip:port" actually connected (last hop for redirects)
+    http_status_code: int = 0
+    grpc_status: str = ""
+
+    def bounded(self) -> "Outcome":
+        if len(self.output) > MAX_OUTPUT_CHARS:
+            self.output = self.output[:MAX_OUTPUT_CHARS]
+        return self
+
+
+ProbeFn = Callable[[spec_pb.ProbeSpec, Endpoint, AttemptContext], Awaitable[Outcome]]

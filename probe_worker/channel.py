@@ -1,0 +1,122 @@
+"""Framing of protobuf messages on the daemon <-> worker socketpair.
+
+A frame is a 4-byte big-endian length and one serialized message. Both sides cap
+the frame size so that neither can make the other allocate without bound.
+The asyncio side is used by the worker; the blocking side by the daemon's
+supervisor threads and by tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import struct
+import time
+
+from google.protobuf.message import Message
+
+MAX_FRAME = 1 << 20
+_HEADER = struct.Struct(">I")
+
+
+class ChannelClosed(Exception):
+    """The other side closed the socket."""
+
+
+class FrameError(Exception):
+    """A frame violates the protocol (too large, or not the expected message)."""
+
+
+def encode(message: Message) -> bytes:
+    payload = message.SerializeToString()
+    if len(payload) > MAX_FRAME:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes, get complete payloads."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        frames: list[bytes] = []
+        while len(self._buf) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self._buf)
+            if length > MAX_FRAME:
+                raise FrameError(f"peer announced a frame of {length} bytes (max {MAX_FRAME})")
+            end = _HEADER.size + length
+            if len(self._buf) < end:
+                break
+            frames.append(bytes(self._buf[_HEADER.size:end]))
+            del self._buf[:end]
+        return frames
+
+
+class AsyncChannel:
+    """Worker side: one reader task, any number of writers serialized by a lock."""
+
+    def __init__(self, sock: socket.socket, decoder: FrameDecoder | None = None, pending: list[bytes] | None = None) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._decoder = decoder or FrameDecoder()
+        self._pending: list[bytes] = pending or []
+        self._write_lock = asyncio.Lock()
+
+    async def send(self, message: Message) -> None:
+        # Shielded: a probe task cancelled mid-write (probe removed) must not leave
+        # half a frame on the socket; the write finishes in the background instead.
+        await asyncio.shield(self._send_frame(encode(message)))
+
+    async def _send_frame(self, data: bytes) -> None:
+        async with self._write_lock:  # sock_sendall may write partially; frames must not interleave
+            await asyncio.get_running_loop().sock_sendall(self._sock, data)
+
+    async def recv(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        while not self._pending:
+            data = await loop.sock_recv(self._sock, 65536)
+            if not data:
+                raise ChannelClosed()
+            self._pending.extend(self._decoder.feed(data))
+        return self._pending.pop(0)
+
+
+class BlockingChannel:
+    """Parent side: blocking send, receive with a timeout."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        self._sock = sock
+        self._decoder = FrameDecoder()
+        self._pending: list[bytes] = []
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, message: Message) -> None:
+        self._sock.sendall(encode(message))
+
+    def recv(self, timeout: float | None = None) -> bytes:
+        """The next frame; raises TimeoutError when none arrives within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._sock], [], [], remaining)
+            if not readable:
+                raise TimeoutError("no frame from the worker in time")
+            data = self._sock.recv(65536)
+            if not data:
+                raise ChannelClosed()
+            self._pending.extend(self._decoder.feed(data))
+        return self._pending.pop(0)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def to_async(self) -> AsyncChannel:
+        """Hands the socket to asyncio, with any frames already read ahead."""
+        return AsyncChannel(self._sock, self._decoder, self._pending)

@@ -1,0 +1,155 @@
+"""TCP connection set-up shared by every probe kind.
+
+Races the candidate addresses Happy-Eyeballs style (RFC 8305): the first starts at
+once, each next one after `happy_eyeballs_delay` or as soon as the previous one
+fails; the first established connection wins and the others are closed. Sockets
+get SO_LINGER {on, 0}: closing sends RST and leaves no TIME_WAIT, so hundreds of
+probes per second against one pod do not pile up sockets (the kubelet sets
+SO_LINGER for the same reason), and close() never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+from probe_worker.attempt import AttemptContext, Endpoint
+from probe_worker.gostrings import dial_error, join_host_port
+
+_LINGER_RST = struct.pack("ii", 1, 0)
+
+
+class ConnectError(Exception):
+    """Connection failed; str() is the Go dial error the kubelet would print."""
+
+    def __init__(self, text: str, timed_out: bool = False) -> None:
+        super().__init__(text)
+        self.timed_out = timed_out
+
+
+def new_socket(family: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def close_quietly(sock: socket.socket | None) -> None:
+    if sock is not None:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+async def connect(endpoint: Endpoint, ctx: AttemptContext) -> tuple[socket.socket, str]:
+    """Returns a connected non-blocking socket and the "ip:port" it reached.
+
+    Raises ConnectError with kubelet-style text; never outlives ctx.deadline.
+    """
+    addresses = list(endpoint.addresses)
+    if not addresses:
+        addresses = await _resolve(endpoint, ctx)
+    label = join_host_port(addresses[0], endpoint.port)
+    with ctx.trace.phase("connect", label) as phase:
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                sock, address = await _race(addresses, endpoint.port, ctx.happy_eyeballs_delay)
+        except TimeoutError:
+            phase.error = "i/o timeout"
+            raise ConnectError(dial_error(label, None, timed_out=True), timed_out=True) from None
+        except OSError as exc:
+            phase.error = dial_error(getattr(exc, "address", label), exc)
+            raise ConnectError(phase.error) from None
+        phase.detail = address
+    return sock, address
+
+
+async def _resolve(endpoint: Endpoint, ctx: AttemptContext) -> list[str]:
+    loop = asyncio.get_running_loop()
+    with ctx.trace.phase("resolve", endpoint.host) as phase:
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                infos = await loop.getaddrinfo(
+                    endpoint.host, endpoint.port, family=endpoint.family_filter, type=socket.SOCK_STREAM
+                )
+        except TimeoutError:
+            phase.error = "i/o timeout"
+            raise ConnectError(f"dial tcp: lookup {endpoint.host}: i/o timeout", timed_out=True) from None
+        except OSError as exc:
+            phase.error = str(exc)
+            raise ConnectError(f"dial tcp: lookup {endpoint.host}: {exc.strerror or exc}") from None
+    addresses: list[str] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        if sockaddr[0] not in addresses:
+            addresses.append(sockaddr[0])
+    return _interleave(addresses)
+
+
+def _interleave(addresses: list[str]) -> list[str]:
+    """RFC 8305 section 4: alternate families, keeping the resolver's first choice first."""
+    if not addresses:
+        return addresses
+    first_v6 = ":" in addresses[0]
+    same = [a for a in addresses if (":" in a) == first_v6]
+    other = [a for a in addresses if (":" in a) != first_v6]
+    out: list[str] = []
+    for i in range(max(len(same), len(other))):
+        out.extend(x[i] for x in (same, other) if i < len(x))
+    return out
+
+
+async def _connect_one(address: str, port: int) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = new_socket(family)
+    try:
+        await loop.sock_connect(sock, (address, port))
+    except BaseException as exc:
+        close_quietly(sock)
+        if isinstance(exc, OSError):
+            exc.address = join_host_port(address, port)  # type: ignore[attr-defined]
+        raise
+    return sock
+
+
+async def _race(addresses: list[str], port: int, delay: float) -> tuple[socket.socket, str]:
+    if len(addresses) == 1:
+        return await _connect_one(addresses[0], port), join_host_port(addresses[0], port)
+
+    pending: dict[asyncio.Task[socket.socket], str] = {}
+    first_error: OSError | None = None
+    winner: tuple[socket.socket, str] | None = None
+    queue = list(addresses)
+    try:
+        while winner is None and (queue or pending):
+            if queue:
+                address = queue.pop(0)
+                pending[asyncio.create_task(_connect_one(address, port))] = address
+            # Wait for a result, but no longer than the attempt delay if more addresses remain.
+            done, _ = await asyncio.wait(
+                pending, timeout=delay if queue else None, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                address = pending.pop(task)
+                exc = task.exception()
+                if exc is None:
+                    if winner is None:
+                        winner = (task.result(), join_host_port(address, port))
+                    else:
+                        close_quietly(task.result())
+                elif first_error is None and isinstance(exc, OSError):
+                    first_error = exc
+    finally:
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            try:
+                close_quietly(await task)
+            except BaseException:
+                pass
+    if winner is None:
+        raise first_error or OSError("no address to connect to")
+    return winner

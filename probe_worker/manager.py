@@ -1,0 +1,146 @@
+"""The probes of one sandbox: one asyncio task per probe (the kubelet's worker.go).
+
+Timing decisions come from probe_worker.scheduling, threshold bookkeeping from
+probe_worker.thresholds; this module only wires them to the clock, the prober
+and the channel. Results go out as events: an AttemptReport per attempt and a
+StateChange only when the thresholded state changes (emit on change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probe_worker_pb2 as worker_pb
+from probe_worker.prober import Prober
+from probe_worker.scheduling import Ticker, gate, initial_jitter_ms
+from probe_worker.thresholds import ThresholdTracker, container_started
+from probe_worker.validation import Timing, effective_timing, validate_probe
+
+Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
+
+
+@dataclass
+class _Probe:
+    reg: worker_pb.ProbeRegistration
+    timing: Timing
+    tracker: ThresholdTracker
+    started_at_ms: float              # container start, on the event loop's clock
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def validate_registration(reg: worker_pb.ProbeRegistration, require_id: bool = True) -> list[str]:
+    """run_once needs no probe id (its answer carries the request's seq); add_probe does."""
+    errors = ["probe_id: Required value"] if require_id and not reg.probe_id else []
+    return errors + validate_probe(reg.type, reg.spec)
+
+
+class ProbeManager:
+    def __init__(self, prober: Prober, emit: Emit, rand: Callable[[], float] = random.random) -> None:
+        self._prober = prober
+        self._emit = emit
+        self._rand = rand
+        self._probes: dict[str, _Probe] = {}
+
+    def __len__(self) -> int:
+        return len(self._probes)
+
+    async def add(self, reg: worker_pb.ProbeRegistration) -> None:
+        """Adds or replaces a validated probe and starts its loop.
+
+        A replacement keeps the threshold bookkeeping when type and thresholds are
+        unchanged; for a new container ID it resets the state to the initial value
+        and lifts "on hold", as the kubelet's worker does.
+        """
+        old = self._probes.pop(reg.probe_id, None)
+        if old is not None and old.task is not None:
+            old.task.cancel()
+        previous = old.tracker.state if old is not None else spec_pb.STATE_UNKNOWN
+        timing = effective_timing(reg.spec)
+        if old is not None and old.reg.type == reg.type and (
+            old.timing.success_threshold, old.timing.failure_threshold
+        ) == (timing.success_threshold, timing.failure_threshold):
+            tracker = old.tracker
+            if old.reg.container.id != reg.container.id:
+                tracker.new_container()
+        else:
+            tracker = ThresholdTracker(reg.type, timing.success_threshold, timing.failure_threshold)
+        probe = _Probe(reg=reg, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
+        self._probes[reg.probe_id] = probe
+        if tracker.state != previous:
+            await self._emit_change(reg.probe_id, previous, tracker.state, "registered")
+        probe.task = asyncio.create_task(self._run(probe), name=f"probe {reg.probe_id}")
+
+    def remove(self, probe_id: str) -> bool:
+        probe = self._probes.pop(probe_id, None)
+        if probe is None:
+            return False
+        if probe.task is not None:
+            probe.task.cancel()
+        return True
+
+    async def close(self) -> None:
+        tasks = [p.task for p in self._probes.values() if p.task is not None]
+        self._probes.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _container_start_ms(self, reg: worker_pb.ProbeRegistration) -> float:
+        now_ms = asyncio.get_running_loop().time() * 1000
+        started_ns = reg.container.started_at_unix_ns
+        if not started_ns:
+            return now_ms
+        return now_ms - max(0.0, (time.time_ns() - started_ns) / 1e6)
+
+    def _container_started(self, container_id: str) -> bool:
+        startup = next(
+            (p.tracker.state for p in self._probes.values()
+             if p.reg.type == spec_pb.STARTUP and p.reg.container.id == container_id),
+            None,
+        )
+        return container_started(startup)
+
+    async def _run(self, probe: _Probe) -> None:
+        loop = asyncio.get_running_loop()
+        reg, timing, tracker = probe.reg, probe.timing, probe.tracker
+        now_ms = loop.time() * 1000
+        ticker = Ticker(now_ms + initial_jitter_ms(timing.period_ms, reg.start_now, self._rand), timing.period_ms)
+        while True:
+            wait_ms = ticker.next_fire() - loop.time() * 1000
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000)
+            now_ms = loop.time() * 1000
+            ticker.consume(now_ms)
+            skip = gate(
+                reg.type,
+                now_ms=now_ms,
+                container_started_at_ms=probe.started_at_ms,
+                initial_delay_ms=timing.initial_delay_ms,
+                container_started=self._container_started(reg.container.id),
+                on_hold=tracker.on_hold,
+            )
+            if skip is not None:
+                continue
+            attempt = await self._prober.run(reg.spec, reg.container.ports)
+            previous = tracker.state
+            changed = tracker.observe(attempt.result)
+            await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
+                probe_id=reg.probe_id,
+                attempt=attempt,
+                state=tracker.state,
+                consecutive_successes=tracker.consecutive_successes,
+                consecutive_failures=tracker.consecutive_failures,
+                on_hold=tracker.on_hold,
+            )))
+            if changed:
+                await self._emit_change(reg.probe_id, previous, tracker.state, attempt.output)
+
+    async def _emit_change(self, probe_id: str, previous: int, state: int, output: str) -> None:
+        await self._emit(worker_pb.WorkerEvent(state_change=worker_pb.StateChange(
+            probe_id=probe_id, previous=previous, state=state, output=output,
+        )))

@@ -1,0 +1,418 @@
+"""HTTP probe executor: moves bytes as probe_worker.http_rules decides.
+
+One attempt is one Go `client.Do`: a request, then every same-hostname redirect,
+each over a new connection (the kubelet disables keep-alives), all bounded by
+ctx.deadline. Framing is h11's; TLS runs through ssl.MemoryBIO over the raw
+non-blocking socket, so there is no transport to wind down: closing is the
+socket's RST close, immediate whatever the peer does.
+
+Phases: connect (by connect()), tls, request, processing (until the first
+response byte), transfer (response head and body). Each followed redirect is a
+"redirect" phase holding the same children for its own hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import ssl
+from dataclasses import dataclass
+
+import h11
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker import http_rules as rules
+from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
+from probe_worker.connect import ConnectError, close_quietly, connect
+from probe_worker.gostrings import is_ip_literal, join_host_port
+from probe_worker.http_rules import ProbeRequest
+from probe_worker.http_url import URLError, go_quote
+from probe_worker.trace import PhaseRecord
+
+RECV_SIZE = 64 * 1024
+
+
+def default_tls_context() -> ssl.SSLContext:
+    """The kubelet's client TLS: InsecureSkipVerify, TLS >= 1.2 (Go's client minimum)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+# Built at import: after the worker drops privileges it may not read the CA paths.
+DEFAULT_TLS = default_tls_context()
+
+
+class _StreamError(Exception):
+    """A socket or TLS failure; str() is Go's error text for it."""
+
+
+class _Stream:
+    """A connected non-blocking socket, optionally wrapped in TLS by memory BIOs."""
+
+    def __init__(self, sock: socket.socket, remote: str) -> None:
+        self.sock = sock
+        self.remote = remote
+        host, port = sock.getsockname()[:2]
+        self.local = join_host_port(host, port)
+        self.loop = asyncio.get_running_loop()
+        self.tls: ssl.SSLObject | None = None
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str | None) -> str:
+        """Handshakes; returns the negotiated version. Raises _StreamError with Go's text."""
+        tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname)
+        header = b""
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as exc:
+                raise _StreamError(rules.tls_error_text(exc.reason or "")) from None
+            await self._flush()
+            data = await self._recv_raw()
+            if len(header) < 5:
+                header += data[:5 - len(header)]
+                problem = rules.first_record_error(header, eof=not data)
+                if problem:
+                    raise _StreamError(problem)
+            if data:
+                self._incoming.write(data)
+            else:
+                self._incoming.write_eof()
+        await self._flush()
+        self.tls = tls
+        return tls.version() or ""
+
+    async def send(self, data: bytes) -> None:
+        if self.tls is None:
+            await self._send_raw(data)
+            return
+        self.tls.write(data)
+        await self._flush()
+
+    async def recv(self, limit: int = RECV_SIZE) -> bytes:
+        """Up to `limit` bytes (at least one), or b"" at end of stream."""
+        if self.tls is None:
+            return await self._recv_raw(limit)
+        while True:
+            try:
+                return self.tls.read(limit)
+            except ssl.SSLWantReadError:
+                pass
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            except ssl.SSLError as exc:
+                text = rules.tls_error_text(exc.reason or "")
+                if text == "EOF":
+                    return b""
+                raise _StreamError(text) from None
+            await self._flush()
+            data = await self._recv_raw()
+            if data:
+                self._incoming.write(data)
+            else:
+                self._incoming.write_eof()
+
+    async def _flush(self) -> None:
+        pending = self._outgoing.read()
+        if pending:
+            await self._send_raw(pending)
+
+    async def _send_raw(self, data: bytes) -> None:
+        try:
+            await self.loop.sock_sendall(self.sock, data)
+        except OSError as exc:
+            raise _StreamError(rules.net_op_error("write", self.local, self.remote, exc)) from None
+
+    async def _recv_raw(self, limit: int = RECV_SIZE) -> bytes:
+        try:
+            return await self.loop.sock_recv(self.sock, limit)
+        except OSError as exc:
+            raise _StreamError(rules.net_op_error("read", self.local, self.remote, exc)) from None
+
+    def close(self) -> None:
+        close_quietly(self.sock)  # SO_LINGER {1, 0}: RST, never blocks
+
+
+@dataclass
+class _Head:
+    status: int
+    location: str | None = None
+    content_length: int | None = None   # None: unknown (chunked or until close)
+    framed: bool = True                  # False: h11 could not parse it; there is no body to read
+
+
+class _Exchange:
+    """One HTTP/1.1 request/response over a _Stream, framed by h11."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=rules.MAX_HEAD_BYTES)
+        self.received = 0
+        self.eof = False
+        # The raw bytes of the response head being read: h11 drops a head it refuses,
+        # and Go's error names the offending status line.
+        self.head: bytes | None = b""
+
+    async def send_request(self, wire: rules.WireRequest) -> None:
+        try:
+            request = h11.Request(
+                method="GET",
+                target=wire.target.encode("utf-8", "surrogateescape"),
+                headers=[(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in wire.headers],
+            )
+            data = self.h11.send(request) + (self.h11.send(h11.EndOfMessage()) or b"")
+        except h11.LocalProtocolError as exc:
+            # Go writes a raw query as is, even with a space or non-ASCII bytes in it
+            # (servers answer 400); h11 refuses to. Either way the probe fails.
+            raise _StreamError(f"cannot send request-target {go_quote(wire.target)}: {exc}") from None
+        await self.stream.send(data)
+
+    async def wait_first_byte(self) -> None:
+        await self._receive()
+
+    async def _receive(self, limit: int = RECV_SIZE) -> None:
+        data = await self.stream.recv(limit)
+        self.eof = not data
+        self.received += len(data)
+        if self.head is not None:
+            self.head += data
+        self.h11.receive_data(data)
+
+    async def read_head(self) -> _Head:
+        informational = 0
+        while True:
+            if self.eof and self.received == 0:
+                raise _StreamError("EOF")  # closed without answering: Go reports the bare EOF
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                return self._unparsable_head(exc)
+            if event is h11.NEED_DATA:
+                if self.eof:
+                    raise _StreamError(self._broken("unexpected EOF"))
+                # Never buffer more than one byte past the limit: a head is either
+                # within it or refused, whatever the chunking on the wire.
+                buffered = len(self.h11.trailing_data[0])
+                if buffered > rules.MAX_HEAD_BYTES:
+                    raise _StreamError(rules.head_too_large())
+                try:
+                    await self._receive(min(RECV_SIZE, rules.MAX_HEAD_BYTES + 1 - buffered))
+                except _StreamError as exc:
+                    raise _StreamError(self._broken(str(exc))) from None
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                informational += 1
+                if informational > rules.MAX_INFORMATIONAL:
+                    raise _StreamError(rules.too_many_informational())
+                self.head = self.h11.trailing_data[0]
+                continue
+            if isinstance(event, h11.Response):
+                self.head = None
+                return _head_of(event)
+            raise _StreamError(self._broken("unexpected EOF"))
+
+    def _broken(self, error: str) -> str:
+        return rules.transport_broken(error) if self.received else error
+
+    def _unparsable_head(self, exc: h11.RemoteProtocolError) -> _Head:
+        """h11 refused the head: say what Go's reader would have, or take the status Go accepts."""
+        if exc.error_status_hint == 431:
+            raise _StreamError(rules.head_too_large())
+        line, newline, _ = (self.head or b"").partition(b"\n")
+        if not newline:
+            raise _StreamError(rules.transport_broken("unexpected EOF" if self.eof else "malformed HTTP response"))
+        status = rules.go_status_line(line)
+        if isinstance(status, str):
+            raise _StreamError(rules.transport_broken(status))
+        if self.eof:  # the status line was fine, the headers never ended
+            raise _StreamError(rules.transport_broken("unexpected EOF"))
+        if rules.h11_cannot_frame(status):
+            return _Head(status=status, framed=False)
+        raise _StreamError(rules.transport_broken("malformed HTTP response"))
+
+    async def read_body(self, limit: int) -> bytes:
+        """Up to `limit` bytes of the body; stops there without waiting for the rest."""
+        body = bytearray()
+        while len(body) < limit:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _StreamError("unexpected EOF" if "peer closed" in str(exc) else str(exc)) from None
+            if event is h11.NEED_DATA:
+                await self._receive()
+            elif isinstance(event, h11.Data):
+                body += event.data[:limit - len(body)]
+            else:  # EndOfMessage or ConnectionClosed
+                break
+        return bytes(body)
+
+
+def _head_of(response: h11.Response) -> _Head:
+    location = None
+    content_length = None
+    chunked = False
+    for name, value in response.headers:
+        if name == b"location" and location is None:
+            location = value.decode("utf-8", "surrogateescape")
+        elif name == b"content-length":
+            content_length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = True
+    return _Head(status=response.status_code, location=location, content_length=None if chunked else content_length)
+
+
+@dataclass
+class _Hop:
+    """How one request ended: a final outcome, or the next request to send."""
+
+    outcome: Outcome | None = None
+    follow: ProbeRequest | None = None
+
+
+class _Attempt:
+    """One Go client.Do: the request and its followed redirects."""
+
+    def __init__(self, endpoint: Endpoint, ctx: AttemptContext) -> None:
+        self.endpoint = endpoint
+        self.ctx = ctx
+        self.tls = ctx.tls or DEFAULT_TLS
+        self.first: ProbeRequest | None = None   # as sent; redirect rules compare against it
+        self.requests_made = 0
+        self.address = ""
+        self.status = 0
+
+    async def run(self, request: ProbeRequest) -> Outcome:
+        hop = await self.send(request, self.ctx)
+        while hop.follow is not None:
+            with self.ctx.trace.sub("redirect", hop.follow.url.redacted_string()) as trace:
+                hop = await self.send(hop.follow, dataclasses.replace(self.ctx, trace=trace))
+        assert hop.outcome is not None
+        return hop.outcome
+
+    def outcome(self, result: int, output: str) -> Outcome:
+        return Outcome(result, output, address=self.address, http_status_code=self.status)
+
+    def fail(self, request: ProbeRequest, error: str) -> _Hop:
+        return _Hop(self.outcome(FAILURE, rules.url_error(request.url.redacted_string(), error)))
+
+    async def send(self, request: ProbeRequest, ctx: AttemptContext) -> _Hop:
+        """One request over a new connection (Go's Client.send with DisableKeepAlives)."""
+        self.requests_made += 1
+        error = rules.preflight_error(request)
+        if error:
+            return self.fail(request, error)
+        endpoint = self.endpoint
+        if self.first is not None:
+            # A followed redirect has the first request's hostname, maybe another port.
+            target = rules.dial_address(request.url)
+            if isinstance(target, str):
+                return self.fail(request, target)
+            endpoint = dataclasses.replace(endpoint, port=target[1])
+        if asyncio.get_running_loop().time() >= ctx.deadline:
+            return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
+        try:
+            sock, self.address = await connect(endpoint, ctx)
+        except ConnectError as exc:
+            return self.fail(request, rules.awaiting_headers(str(exc)) if exc.timed_out else str(exc))
+        if self.first is None:
+            if is_ip_literal(self.endpoint.host):
+                # Several pod IPs may race (ip_family ANY): the URL and Host name the
+                # one that answered, and redirects go back to that one.
+                ip = self.address.rsplit(":", 1)[0].strip("[]")
+                self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
+                request = rules.retarget(request, ip)
+            self.first = request
+        stream = _Stream(sock, self.address)
+        try:
+            return await self.exchange(stream, request, ctx)
+        finally:
+            stream.close()
+
+    async def exchange(self, stream: _Stream, request: ProbeRequest, ctx: AttemptContext) -> _Hop:
+        exchange = _Exchange(stream)
+        trace = ctx.trace
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                if request.url.scheme == "https":
+                    hostname = request.url.hostname()
+                    with trace.phase("tls", hostname) as phase:
+                        phase.detail = await stream.start_tls(self.tls, None if is_ip_literal(hostname) else hostname)
+                wire = rules.wire_request(request)
+                with trace.phase("request", wire.request_line):
+                    await exchange.send_request(wire)
+                with trace.phase("processing"):
+                    await exchange.wait_first_byte()
+        except TimeoutError:
+            return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
+        except _StreamError as exc:
+            return self.fail(request, str(exc))
+        with trace.phase("transfer") as transfer:
+            return await self.respond(exchange, request, ctx, transfer)
+
+    async def respond(
+        self, exchange: _Exchange, request: ProbeRequest, ctx: AttemptContext, transfer: PhaseRecord
+    ) -> _Hop:
+        """Reads the response head, then follows it, or reads the body for the prober."""
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                head = await exchange.read_head()
+        except TimeoutError:
+            transfer.error = rules.TIMEOUT_AWAITING_HEADERS
+            return self.fail(request, transfer.error)
+        except _StreamError as exc:
+            transfer.error = str(exc)
+            return self.fail(request, transfer.error)
+        self.status = head.status
+        transfer.detail = str(head.status)
+        if not head.framed:
+            return _Hop(self.outcome(*rules.response_outcome(head.status, b"")))
+
+        assert self.first is not None
+        decision = rules.follow_redirect(request, self.first, self.requests_made, head.status, head.location)
+        if decision.drain:
+            await self.drain(exchange, head, ctx)
+        if decision.error is not None:
+            return _Hop(self.outcome(FAILURE, decision.error))
+        if decision.follow is not None:
+            return _Hop(follow=decision.follow)
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                body = await exchange.read_body(rules.MAX_BODY_BYTES)
+        except TimeoutError:
+            transfer.error = rules.TIMEOUT_READING_BODY
+            return _Hop(self.outcome(*rules.body_error_outcome(transfer.error)))
+        except _StreamError as exc:
+            transfer.error = str(exc)
+            return _Hop(self.outcome(*rules.body_error_outcome(transfer.error)))
+        return _Hop(self.outcome(*rules.response_outcome(head.status, body)))
+
+    async def drain(self, exchange: _Exchange, head: _Head, ctx: AttemptContext) -> None:
+        """Go reads a little of a redirect's body before closing it; its errors do not matter."""
+        budget = rules.drain_budget(head.content_length)
+        if not budget:
+            return
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                await exchange.read_body(budget)
+        except (TimeoutError, _StreamError):
+            pass
+
+
+async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext) -> Outcome:
+    action = spec.http_get
+    scheme = "https" if action.scheme == spec_pb.HTTPS else "http"
+    headers = [(h.name, h.value) for h in action.http_headers]
+    try:
+        request = rules.new_probe_request(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent)
+    except URLError as exc:
+        return Outcome(UNKNOWN, f"cannot build the probe request: {exc}")
+    return (await _Attempt(endpoint, ctx).run(request)).bounded()

@@ -1,0 +1,21 @@
+"""TCP socket probe as the kubelet 1.32 runs it (pkg/probe/tcp).
+
+Success iff a connection is established within the timeout; the connection is
+closed at once and nothing is sent. A failure's output is the Go dial error,
+e.g. `dial tcp 10.0.0.1:80: connect: connection refused` or `...: i/o timeout`.
+"""
+
+from __future__ import annotations
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint, Outcome
+from probe_worker.connect import ConnectError, close_quietly, connect
+
+
+async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext) -> Outcome:
+    try:
+        sock, address = await connect(endpoint, ctx)
+    except ConnectError as exc:
+        return Outcome(FAILURE, str(exc)).bounded()
+    close_quietly(sock)
+    return Outcome(SUCCESS, "", address=address)

@@ -1,0 +1,301 @@
+"""Probe spec validation with Kubernetes API semantics, and the defaults the kubelet applies.
+
+Owns: which ProbeSpecs are accepted (pkg/apis/core/validation validateProbe and its
+liveness/readiness/startup wrappers, Kubernetes 1.32), the exact error strings
+(field.Error.Error(): `<path>: <ErrorBody>`), and the effective timing after the
+API server's defaulting (SetDefaults_Probe). Pure functions, no I/O.
+
+Field paths use this project's proto names (spec.http_get.port), not the
+Kubernetes JSON names (spec.httpGet.port): they name the fields the caller sent.
+
+Our additions to the Kubernetes rules, each marked `# addition` below:
+- exec handlers are rejected (the container runtime runs them, not us);
+- period_ms below 10 and (effective) timeout_ms below 1 are rejected, because our
+  durations are milliseconds where Kubernetes has whole seconds;
+- header values containing CR, LF or NUL are rejected;
+- unknown enum numbers (probe type, target, ip_family) are reported as unsupported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cri_proto import probe_spec_pb2 as spec_pb
+
+# SetDefaults_Probe (pkg/apis/core/v1/defaults.go); 0 means "not set" in our proto.
+DEFAULT_TIMEOUT_MS = 1_000
+DEFAULT_PERIOD_MS = 10_000
+DEFAULT_SUCCESS_THRESHOLD = 1
+DEFAULT_FAILURE_THRESHOLD = 3
+
+# addition: Kubernetes cannot go below 1 s. A probe loop faster than every 10 ms
+# keeps a worker process (and the target) permanently busy: it burns a core.
+MIN_PERIOD_MS = 10
+# addition: a 0 ms deadline could never be met. Defaulting turns 0 into 1 s and
+# negatives are already refused, so this only guards the defaults themselves.
+MIN_TIMEOUT_MS = 1
+
+_HANDLER_FIELDS = ("exec", "http_get", "tcp_socket", "grpc")  # validateHandler's order
+_PROBE_TYPE_NAMES = {spec_pb.LIVENESS: "LIVENESS", spec_pb.READINESS: "READINESS",
+                     spec_pb.STARTUP: "STARTUP"}
+_SCHEME_NAMES = ("HTTP", "HTTPS")  # sets.List(supportedHTTPSchemes): sorted
+
+# k8s.io/apimachinery/pkg/util/validation texts.
+_PORT_RANGE_MSG = "must be between 1 and 65535, inclusive"          # InclusiveRangeError(1, 65535)
+_NEGATIVE_MSG = "must be greater than or equal to 0"                 # IsNegativeErrorMsg
+_HEADER_NAME_FMT = "[-A-Za-z0-9]+"
+_HEADER_NAME_MSG = ("a valid HTTP header must consist of alphanumeric characters or '-' "
+                    f"(e.g. 'X-Header-Name', regex used for validation is '{_HEADER_NAME_FMT}')")
+_HEADER_NAME_RE = re.compile(_HEADER_NAME_FMT)
+_PORT_NAME_CHARSET_RE = re.compile("[-a-z0-9]+")
+_PORT_NAME_LETTER_RE = re.compile("[a-z]")
+_HEADER_VALUE_FORBIDDEN = ("\r", "\n", "\0")
+
+_EXEC_DETAIL = "exec probes are run by the container runtime, not by cri-probe-shim"
+
+
+@dataclass(frozen=True)
+class Timing:
+    initial_delay_ms: int
+    period_ms: int
+    timeout_ms: int
+    success_threshold: int
+    failure_threshold: int
+
+
+def effective_timing(spec: spec_pb.ProbeSpec) -> Timing:
+    """The timing the kubelet would run with: 0 means the Kubernetes default."""
+    return Timing(
+        initial_delay_ms=spec.initial_delay_ms,
+        period_ms=spec.period_ms or DEFAULT_PERIOD_MS,
+        timeout_ms=spec.timeout_ms or DEFAULT_TIMEOUT_MS,
+        success_threshold=spec.success_threshold or DEFAULT_SUCCESS_THRESHOLD,
+        failure_threshold=spec.failure_threshold or DEFAULT_FAILURE_THRESHOLD,
+    )
+
+
+def validate_probe(probe_type: int, spec: spec_pb.ProbeSpec, root: str = "spec") -> list[str]:
+    """All errors, in Kubernetes order; an empty list means the probe may run."""
+    errors: list[FieldError] = []
+    if probe_type == spec_pb.PROBE_TYPE_UNSPECIFIED:
+        # The type sits beside the spec in every request, hence a path outside root.
+        errors.append(FieldError.required("type"))
+    elif probe_type not in _PROBE_TYPE_NAMES:  # addition
+        errors.append(FieldError.not_supported("type", probe_type, tuple(_PROBE_TYPE_NAMES.values())))
+
+    # validateProbe
+    errors += _validate_handler(spec, root)
+    for name in ("initial_delay_ms", "timeout_ms", "period_ms",
+                 "success_threshold", "failure_threshold"):
+        value = getattr(spec, name)
+        if value < 0:
+            errors.append(FieldError.invalid(f"{root}.{name}", value, _NEGATIVE_MSG))
+    has_grace = spec.HasField("termination_grace_period_ms")
+    if has_grace and spec.termination_grace_period_ms <= 0:
+        errors.append(FieldError.invalid(f"{root}.termination_grace_period_ms",
+                                         spec.termination_grace_period_ms, "must be greater than 0"))
+
+    # validateLivenessProbe / validateStartupProbe / validateReadinessProbe. The API
+    # server validates after defaulting, so an unset (0) success threshold is 1 here.
+    timing = effective_timing(spec)
+    if probe_type in (spec_pb.LIVENESS, spec_pb.STARTUP) and timing.success_threshold != 1:
+        errors.append(FieldError.invalid(f"{root}.success_threshold",
+                                         timing.success_threshold, "must be 1"))
+    if probe_type == spec_pb.READINESS and has_grace:
+        errors.append(FieldError.invalid(f"{root}.termination_grace_period_ms",
+                                         spec.termination_grace_period_ms,
+                                         "must not be set for readinessProbes"))
+
+    # addition: millisecond floors. Negative values were reported above already.
+    if spec.period_ms >= 0 and timing.period_ms < MIN_PERIOD_MS:
+        errors.append(FieldError.invalid(f"{root}.period_ms", spec.period_ms,
+                                         f"must be at least {MIN_PERIOD_MS}ms"))
+    if spec.timeout_ms >= 0 and timing.timeout_ms < MIN_TIMEOUT_MS:
+        errors.append(FieldError.invalid(f"{root}.timeout_ms", spec.timeout_ms,
+                                         f"must be at least {MIN_TIMEOUT_MS}ms"))
+    # addition: proto3 enums are open, an unknown number would reach the executors.
+    errors += _validate_enum(f"{root}.target", spec.target, spec_pb.Target)
+    errors += _validate_enum(f"{root}.ip_family", spec.ip_family, spec_pb.IPFamily)
+    return [str(error) for error in errors]
+
+
+def port_name_errors(name: str) -> list[str]:
+    """validation.IsValidPortName: an IANA_SVC_NAME (RFC 6335), lower case only."""
+    errors = []
+    if len(name) > 15:
+        errors.append("must be no more than 15 characters")  # MaxLenError(15)
+    if not _PORT_NAME_CHARSET_RE.fullmatch(name):
+        errors.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not _PORT_NAME_LETTER_RE.search(name):
+        errors.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        errors.append("must not contain consecutive hyphens")
+    if name and (name[0] == "-" or name[-1] == "-"):
+        errors.append("must not begin or end with a hyphen")
+    return errors
+
+
+def _validate_handler(spec: spec_pb.ProbeSpec, root: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    handlers = 0
+    for name in _HANDLER_FIELDS:
+        if not spec.HasField(name):
+            continue
+        path = f"{root}.{name}"
+        if handlers:
+            errors.append(FieldError.forbidden(path, "may not specify more than 1 handler type"))
+            continue
+        handlers += 1
+        errors += _HANDLER_VALIDATORS[name](getattr(spec, name), path)
+    if not handlers:
+        errors.append(FieldError.required(root, "must specify a handler type"))
+    return errors
+
+
+def _validate_exec(_action: spec_pb.ExecAction, path: str) -> list[FieldError]:
+    # addition: it still counts as the handler, so a second one is "Forbidden" as in Kubernetes.
+    return [FieldError(FieldError.NOT_SUPPORTED, path, "exec", _EXEC_DETAIL)]
+
+
+def _validate_http_get(action: spec_pb.HTTPGetAction, path: str) -> list[FieldError]:
+    # An empty path is not "Required" here: the proto defaults it to "/".
+    errors = _validate_port_ref(action.port, f"{path}.port")
+    if action.scheme not in (spec_pb.HTTP, spec_pb.HTTPS):
+        errors.append(FieldError.not_supported(f"{path}.scheme", action.scheme, _SCHEME_NAMES))
+    headers_path = f"{path}.http_headers"
+    for index, header in enumerate(action.http_headers):
+        if not _HEADER_NAME_RE.fullmatch(header.name):
+            errors.append(FieldError.invalid(headers_path, header.name, _HEADER_NAME_MSG))
+        if any(char in header.value for char in _HEADER_VALUE_FORBIDDEN):
+            # addition. The value itself is left out of the message: header values
+            # carry credentials (Authorization) and these errors end up in logs.
+            errors.append(FieldError.invalid(f"{headers_path}[{index}].value", OMIT_VALUE,
+                                             "must not contain CR, LF or NUL characters"))
+    return errors
+
+
+def _validate_tcp_socket(action: spec_pb.TCPSocketAction, path: str) -> list[FieldError]:
+    return _validate_port_ref(action.port, f"{path}.port")
+
+
+def _validate_grpc(action: spec_pb.GRPCAction, path: str) -> list[FieldError]:
+    return _port_number_errors(action.port, f"{path}.port")
+
+
+_HANDLER_VALIDATORS = {
+    "exec": _validate_exec,
+    "http_get": _validate_http_get,
+    "tcp_socket": _validate_tcp_socket,
+    "grpc": _validate_grpc,
+}
+
+
+def _validate_port_ref(ref: spec_pb.PortRef, path: str) -> list[FieldError]:
+    """ValidatePortNumOrName."""
+    kind = ref.WhichOneof("port")
+    if kind == "number":
+        return _port_number_errors(ref.number, path)
+    if kind == "name":
+        return [FieldError.invalid(path, ref.name, msg) for msg in port_name_errors(ref.name)]
+    # An IntOrString is never empty in Kubernetes; our oneof can be.
+    return [FieldError.required(path)]
+
+
+def _port_number_errors(number: int, path: str) -> list[FieldError]:
+    if 1 <= number <= 65535:
+        return []
+    return [FieldError.invalid(path, number, _PORT_RANGE_MSG)]
+
+
+def _validate_enum(path: str, value: int, enum) -> list[FieldError]:
+    if value in enum.values():
+        return []
+    return [FieldError.not_supported(path, value, tuple(enum.keys()))]
+
+
+class _OmitValue:
+    """field.omitValue: the body shows the error type without the bad value."""
+
+
+OMIT_VALUE = _OmitValue()
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """k8s.io/apimachinery/pkg/util/validation/field.Error, printed exactly like Error()."""
+
+    REQUIRED = "Required value"
+    INVALID = "Invalid value"
+    NOT_SUPPORTED = "Unsupported value"
+    FORBIDDEN = "Forbidden"
+
+    type: str
+    path: str
+    bad_value: object = OMIT_VALUE
+    detail: str = ""
+
+    @classmethod
+    def required(cls, path: str, detail: str = "") -> FieldError:
+        return cls(cls.REQUIRED, path, OMIT_VALUE, detail)
+
+    @classmethod
+    def forbidden(cls, path: str, detail: str) -> FieldError:
+        return cls(cls.FORBIDDEN, path, OMIT_VALUE, detail)
+
+    @classmethod
+    def invalid(cls, path: str, value: object, detail: str) -> FieldError:
+        return cls(cls.INVALID, path, value, detail)
+
+    @classmethod
+    def not_supported(cls, path: str, value: object, supported: Sequence[str]) -> FieldError:
+        detail = ""
+        if supported:
+            detail = "supported values: " + ", ".join(go_quote(s) for s in supported)
+        return cls(cls.NOT_SUPPORTED, path, value, detail)
+
+    def body(self) -> str:
+        """ErrorBody(): Required and Forbidden never show the value."""
+        text = self.type
+        if self.type not in (self.REQUIRED, self.FORBIDDEN) and self.bad_value is not OMIT_VALUE:
+            text += ": " + _go_value(self.bad_value)
+        if self.detail:
+            text += ": " + self.detail
+        return text
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.body()}"
+
+
+def _go_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return go_quote(value)
+    return str(value)
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+               "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
+
+
+def go_quote(text: str) -> str:
+    """strconv.Quote (fmt's %q): printable runes kept, the rest escaped with lower-case hex."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():  # Python's and Go's IsPrint agree: L, M, N, P, S and ' '
+            out.append(char)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)

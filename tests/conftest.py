@@ -1,0 +1,49 @@
+"""Shared fixtures: real network namespaces and real worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cri_proto import probe_worker_pb2 as worker_pb
+from tests.netns_env import PodNetns, netns_unavailable_reason
+from tests.worker_harness import WorkerHarness
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = netns_unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "netns" in item.keywords or {"pod_netns", "worker"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def pod_netns():
+    ns = PodNetns.create()
+    try:
+        yield ns
+    finally:
+        ns.destroy()
+
+
+@pytest.fixture
+def make_worker():
+    """Factory for workers with custom configs; all are shut down at teardown."""
+    workers: list[WorkerHarness] = []
+
+    def make(netns_path: str, **config) -> WorkerHarness:
+        worker = WorkerHarness(worker_pb.WorkerConfig(netns_path=netns_path, **config))
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        worker.close()
+
+
+@pytest.fixture
+def worker(pod_netns, make_worker):
+    """A real worker inside pod_netns, with the netns's IPs as the sandbox's pod IPs."""
+    return make_worker(pod_netns.path, pod_ips=pod_netns.pod_ips, sandbox_id="test-sandbox")
