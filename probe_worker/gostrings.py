@@ -69,3 +69,33 @@ def is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(data: str | bytes) -> str:
+    """strconv.Quote (fmt's %q), which Go error messages use for URLs, names and values.
+
+    Bytes that are not valid UTF-8 (kept by surrogateescape) come out as \\xNN like Go.
+    """
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape")
+    out = ['"']
+    for ch in raw.decode("utf-8", "surrogateescape"):
+        cp = ord(ch)
+        if 0xDC80 <= cp <= 0xDCFF:
+            out.append(f"\\x{cp - 0xDC00:02x}")
+        elif ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():  # the same classes as Go's unicode.IsPrint, ASCII space included
+            out.append(ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif cp < 0x20 or cp == 0x7F:
+            out.append(f"\\x{cp:02x}")
+        elif cp < 0x10000:
+            out.append(f"\\u{cp:04x}")
+        else:
+            out.append(f"\\U{cp:08x}")
+    out.append('"')
+    return "".join(out)

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_worker.attempt import FAILURE, SUCCESS, Outcome
-from probe_worker.gostrings import go_duration
+from probe_worker.gostrings import go_duration, go_quote
 
 # google.golang.org/grpc version in kubelet 1.32's go.mod; grpc-go appends
 # "grpc-go/<version>" to every user agent, so servers see the pair.
@@ -155,32 +155,7 @@ def read_error_desc(local: str, remote: str, reason: str) -> str:
 # ---------------------------------------------------------------- Go string helpers
 
 
-def go_quote(data: bytes | str) -> str:
-    """strconv.Quote: invalid UTF-8 bytes as \\xNN, control runes escaped."""
-    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
-    text = raw.decode("utf-8", "surrogateescape")
-    out = ['"']
-    for ch in text:
-        r = ord(ch)
-        if 0xDC80 <= r <= 0xDCFF:  # an undecodable byte, kept by surrogateescape
-            out.append(f"\\x{r - 0xDC00:02x}")
-        elif ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == " " or (ch.isprintable() and r >= 0x20):
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif r < 0x20 or r == 0x7F:
-            out.append(f"\\x{r:02x}")
-        elif r < 0x10000:
-            out.append(f"\\u{r:04x}")
-        else:
-            out.append(f"\\U{r:08x}")
-    out.append('"')
-    return "".join(out)
 
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
 def go_parse_int32(text: str) -> tuple[int | None, str]:

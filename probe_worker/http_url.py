@@ -15,38 +15,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from probe_worker.gostrings import go_quote
+
 # Escaping modes of net/url (its `encoding` type).
 PATH, PATH_SEGMENT, HOST, ZONE, USER_PASSWORD, QUERY_COMPONENT, FRAGMENT = range(7)
 
 _UPPER_HEX = "0123456789ABCDEF"
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
 class URLError(Exception):
     """A url.Parse error; str() is Go's text, e.g. `parse "http://[::1": missing ']' in host`."""
 
-
-def go_quote(s: str) -> str:
-    """strconv.Quote (fmt's %q): Go error messages quote URLs and header values with it."""
-    out = ['"']
-    for ch in s:
-        cp = ord(ch)
-        if 0xDC80 <= cp <= 0xDCFF:  # a byte that was not valid UTF-8
-            out.append(f"\\x{cp - 0xDC00:02x}")
-        elif ch in '"\\':
-            out.append("\\" + ch)
-        elif ch.isprintable():  # same classes as Go's unicode.IsPrint
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif cp < 0x20 or cp == 0x7F:
-            out.append(f"\\x{cp:02x}")
-        elif cp < 0x10000:
-            out.append(f"\\u{cp:04x}")
-        else:
-            out.append(f"\\U{cp:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def _bytes(s: str) -> bytes:

@@ -3,7 +3,7 @@
 Start-up order matters and is the point of this module:
   1. read the WorkerConfig frame (still in the parent's namespace, single thread);
   2. enter the pod netns from the main thread, before any other thread exists;
-  3. find the pod IPs if the caller did not pass them, build the TLS context;
+  3. find the pod IPs if the caller did not pass them;
   4. lower rlimits, drop groups/gid/uid, set no_new_privs, check CapEff is empty;
   5. send Ready, and only then start the event loop.
 Every module the worker will ever need is imported at the top of this file, so
@@ -29,7 +29,7 @@ from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.manager import ProbeManager, validate_registration
 from probe_worker.netns import NetnsError, enter_netns
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
-from probe_worker.prober import Prober, make_tls_context
+from probe_worker.prober import Prober
 
 log = logging.getLogger("probe_worker")
 
@@ -82,7 +82,7 @@ def run(config: worker_pb.WorkerConfig, channel: BlockingChannel) -> int:
         log.error("worker for sandbox %s cannot start: %s", config.sandbox_id, exc)
         channel.send(worker_pb.WorkerEvent(fatal=worker_pb.Fatal(message=str(exc))))
         return 2
-    prober = Prober(ready.pod_ips, config.user_agent_version, make_tls_context())
+    prober = Prober(ready.pod_ips, config.user_agent_version)
     channel.send(worker_pb.WorkerEvent(ready=ready))
     asyncio.run(serve(channel.to_async(), prober, config.heartbeat_interval_ms))
     return 0

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.gostrings import go_quote
 
 # SetDefaults_Probe (pkg/apis/core/v1/defaults.go); 0 means "not set" in our proto.
 DEFAULT_TIMEOUT_MS = 1_000
@@ -278,24 +279,5 @@ def _go_value(value: object) -> str:
     return str(value)
 
 
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-               "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
 
 
-def go_quote(text: str) -> str:
-    """strconv.Quote (fmt's %q): printable runes kept, the rest escaped with lower-case hex."""
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif char.isprintable():  # Python's and Go's IsPrint agree: L, M, N, P, S and ' '
-            out.append(char)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)

@@ -508,6 +508,21 @@ def test_worker_grpc_serving_on_pod_ipv4(pod_netns, worker):
 
 
 @pytest.mark.netns
+def test_worker_grpc_unknown_service_and_no_health_service(pod_netns, worker):
+    server = pod_netns.spawn_python("grpc_health_server.py")
+    attempt = worker.run_once(grpc_spec(server.port, service="nope"))
+    # grpcio-health-checking answers NOT_FOUND with an empty message.
+    assert (attempt.result, attempt.output) == (FAILURE, "error: health rpc probe failed: rpc error: code = NotFound desc = ")
+    assert attempt.grpc_status == "NotFound"
+
+    bare = pod_netns.spawn_python("grpc_health_server.py", "--no-health")
+    attempt = worker.run_once(grpc_spec(bare.port))
+    assert attempt.result == FAILURE
+    assert attempt.output.startswith(
+        "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): ")
+    assert attempt.grpc_status == "Unimplemented"
+
+@pytest.mark.netns
 def test_worker_grpc_over_ipv6(pod_netns, worker):
     server = pod_netns.spawn_python("grpc_health_server.py")
     spec = grpc_spec(server.port)

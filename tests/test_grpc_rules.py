@@ -6,6 +6,7 @@ import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_worker import grpc_rules as rules
+from probe_worker.gostrings import go_quote
 from probe_worker.attempt import FAILURE, SUCCESS
 
 SECOND = 1_000_000_000
@@ -83,7 +84,7 @@ def test_grpc_message_percent_decoding(raw, text):
     ],
 )
 def test_go_quote_matches_strconv_quote(data, quoted):
-    assert rules.go_quote(data) == quoted
+    assert go_quote(data) == quoted
 
 
 @pytest.mark.parametrize(

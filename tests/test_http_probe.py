@@ -77,7 +77,9 @@ def test_request_head_on_the_wire_is_the_kubelet_one():
 
 
 def test_user_headers_host_user_agent_and_accept_overrides():
-    headers = [("x-b", "2"), ("Host", "app.example"), ("User-Agent", "custom/1"), ("accept", "text/plain"), ("X-A", "1")]
+    headers = [
+        ("x-b", "2"), ("Host", "app.example"), ("User-Agent", "custom/1"), ("accept", "text/plain"), ("X-A", "1"),
+    ]
     outcome, *_ = probe_once("/echo", headers=headers)
     assert outcome.output == (
         "GET /echo HTTP/1.1\r\nHost: app.example\r\nUser-Agent: custom/1\r\nAccept: text/plain\r\n"
@@ -160,13 +162,15 @@ def test_absolute_redirect_to_same_host_other_port_is_followed_with_the_new_host
     async def go():
         async with HTTPTestServer() as first, HTTPTestServer() as second:
             target = f"http://127.0.0.1:{second.port}/echo"
-            outcome, _, _ = await run_probe(f"/redirect?code=307&to={target}", first.port, headers=[("Host", "app.example")])
+            path = f"/redirect?code=307&to={target}"
+            outcome, _, _ = await run_probe(path, first.port, headers=[("Host", "app.example")])
             return outcome, first.port, second.port
 
     outcome, first_port, second_port = asyncio.run(go())
     assert outcome.result == SUCCESS and outcome.address == f"127.0.0.1:{second_port}"
     assert f"Host: 127.0.0.1:{second_port}\r\n" in outcome.output
-    assert f"Referer: http://127.0.0.1:{first_port}/redirect?code=307&to=http://127.0.0.1:{second_port}/echo" in outcome.output
+    referer = f"http://127.0.0.1:{first_port}/redirect?code=307&to=http://127.0.0.1:{second_port}/echo"
+    assert f"Referer: {referer}\r\n" in outcome.output
 
 
 def test_redirect_to_another_hostname_is_a_warning_with_the_body():
@@ -200,7 +204,9 @@ def test_connection_refused():
         port = s.getsockname()[1]
     outcome, *_ = asyncio.run(run_probe("/healthz", port))
     assert outcome.result == FAILURE
-    assert outcome.output == f'Get "http://127.0.0.1:{port}/healthz": dial tcp 127.0.0.1:{port}: connect: connection refused'
+    assert outcome.output == (
+        f'Get "http://127.0.0.1:{port}/healthz": dial tcp 127.0.0.1:{port}: connect: connection refused'
+    )
 
 
 def test_a_server_that_never_answers_is_bounded_by_the_timeout():
@@ -267,7 +273,9 @@ def test_oversized_response_head_is_refused():
 
 def test_invalid_header_fails_before_connecting():
     outcome, ctx, _, server = probe_once("/ok", headers=[("X-Bad", "a\r\nInjected: yes")])
-    assert outcome.output == f'Get "http://127.0.0.1:{server.port}/ok": net/http: invalid header field value for "X-Bad"'
+    assert outcome.output == (
+        f'Get "http://127.0.0.1:{server.port}/ok": net/http: invalid header field value for "X-Bad"'
+    )
     assert ctx.trace.phases == [] and server.requests == []
 
 
@@ -309,7 +317,9 @@ def test_https_sends_sni_for_a_hostname():
 
 def test_https_to_a_plain_http_server_is_a_scheme_mismatch():
     outcome, _, _, server = probe_once("/ok", scheme=spec_pb.HTTPS)
-    assert outcome.output == f'Get "https://127.0.0.1:{server.port}/ok": http: server gave HTTP response to HTTPS client'
+    assert outcome.output == (
+        f'Get "https://127.0.0.1:{server.port}/ok": http: server gave HTTP response to HTTPS client'
+    )
 
 
 def test_https_hang_is_bounded():
@@ -336,6 +346,35 @@ def test_tls_handshake_against_a_silent_server_is_bounded():
     )
     assert ctx.trace.phases[-1].name == "tls" and ctx.trace.phases[-1].error
     assert took < 0.5 + 1.0
+
+
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        (b"", "EOF"),
+        (b"\x15\x03\x03\x00\x02\x02\x28", "remote error: tls: handshake failure"),
+        (b"\x15\x03\x03\x00\x02\x02\x46", "remote error: tls: protocol version not supported"),
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "tls: first record does not look like a TLS handshake"),
+    ],
+)
+def test_tls_handshake_failures_read_like_go(reply, error):
+    async def go():
+        async def answer(reader, writer):
+            await reader.read(1)  # the ClientHello has started
+            writer.write(reply)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await run_probe("/", port, scheme=spec_pb.HTTPS), port
+        finally:
+            server.close()
+
+    (outcome, ctx, _), port = asyncio.run(go())
+    assert (outcome.result, outcome.output) == (FAILURE, f'Get "https://127.0.0.1:{port}/": {error}')
+    assert ctx.trace.phases[-1].name == "tls" and ctx.trace.phases[-1].error == error
 
 
 # --- through a real worker in a pod network namespace --------------------------------------------
@@ -445,3 +484,31 @@ def test_https_in_the_netns(pod_netns, worker):
     attempt = run_in_worker(worker, "/ok", server.port, scheme=spec_pb.HTTPS)
     assert (attempt.result, attempt.output) == (spec_pb.RESULT_SUCCESS, "ok")
     assert "tls" in [p.name for p in attempt.phases]
+
+
+@pytest.mark.netns
+def test_dial_timeout_in_the_netns_names_the_dial(pod_netns, worker):
+    """Nobody owns 198.18.0.77 on the pod's link: the SYN goes nowhere until the deadline."""
+    spec = http_spec("/healthz", 8080, timeout_ms=500)
+    spec.http_get.host = "198.18.0.77"
+    started = time.monotonic()
+    attempt = worker.run_once(spec)
+    assert time.monotonic() - started < 0.5 + 1.0
+    assert (attempt.result, attempt.output) == (
+        spec_pb.RESULT_FAILURE,
+        'Get "http://198.18.0.77:8080/healthz": dial tcp 198.18.0.77:8080: i/o timeout '
+        "(Client.Timeout exceeded while awaiting headers)",
+    )
+
+
+@pytest.mark.netns
+def test_a_body_read_error_is_unknown_and_tried_three_times_like_the_kubelet(pod_netns, worker):
+    server = spawn_http(pod_netns, "--host", "::")
+    port = spec_pb.PortRef(number=server.port)
+    slow = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/slow-body", port=port), timeout_ms=300)
+    attempt = worker.run_once(slow)
+    assert attempt.result == spec_pb.RESULT_UNKNOWN
+    assert "reading body" in attempt.output
+    assert [p.name for p in attempt.phases].count("connect") == 3
+    count = worker.run_once(spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/count", port=port)))
+    assert count.output == "4"  # three tries of /slow-body, then this request

@@ -404,9 +404,8 @@ def test_body_error_is_unknown():
 
 
 def test_url_error_and_timeout_texts():
-    assert rules.url_error("http://198.18.0.2:8080/healthz", "dial tcp 198.18.0.2:8080: connect: connection refused") == (
-        'Get "http://198.18.0.2:8080/healthz": dial tcp 198.18.0.2:8080: connect: connection refused'
-    )
+    refused = "dial tcp 198.18.0.2:8080: connect: connection refused"
+    assert rules.url_error("http://198.18.0.2:8080/healthz", refused) == f'Get "http://198.18.0.2:8080/healthz": {refused}'
     assert rules.awaiting_headers("dial tcp 10.0.0.1:80: i/o timeout") == (
         "dial tcp 10.0.0.1:80: i/o timeout (Client.Timeout exceeded while awaiting headers)"
     )

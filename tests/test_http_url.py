@@ -2,7 +2,8 @@
 
 import pytest
 
-from probe_worker.http_url import PATH, GoURL, URLError, Userinfo, escape, go_quote, parse, split_host_port, unescape
+from probe_worker.gostrings import go_quote
+from probe_worker.http_url import PATH, GoURL, URLError, Userinfo, escape, parse, split_host_port, unescape
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Out
 from probe_worker.connect import ConnectError, close_quietly, connect
 from probe_worker.gostrings import is_ip_literal, join_host_port
 from probe_worker.http_rules import ProbeRequest
-from probe_worker.http_url import URLError, go_quote
+from probe_worker.gostrings import go_quote
+from probe_worker.http_url import URLError
 from probe_worker.trace import PhaseRecord
 
 RECV_SIZE = 64 * 1024
@@ -74,6 +75,8 @@ class _Stream:
                 break
             except ssl.SSLWantReadError:
                 pass
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                raise _StreamError("EOF") from None
             except ssl.SSLError as exc:
                 raise _StreamError(rules.tls_error_text(exc.reason or "")) from None
             await self._flush()

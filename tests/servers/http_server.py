@@ -213,6 +213,8 @@ class HTTPTestServer:
             send(query["line"].encode("latin-1") + b"\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbody")
         elif path == "/info":
             send(b"HTTP/1.1 100 Continue\r\n\r\n" * int(query.get("n", "1")) + _response(200, b"after info"))
+        elif path == "/count":
+            send(_response(200, str(len(self.requests)).encode()))  # requests seen, this one included
         elif path == "/big-head":
             send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * (HEAD_LIMIT + 10) + b"\r\nContent-Length: 0\r\n\r\n")
         else:
