@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,13 @@ def summarize(values_ms: list[float]) -> dict[str, float]:
         "p99": round(percentile(s, 0.99), 3),
         "max": round(s[-1], 3),
     }
+
+
+def time_wait_count(netns: str) -> int:
+    """TCP sockets in TIME_WAIT inside the pod netns (the probes' and the servers' ends)."""
+    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Htan", "state", "time-wait"],
+                         check=True, capture_output=True, text=True).stdout
+    return len(out.splitlines())
 
 
 def show(kind: str, attempt: spec_pb.Attempt) -> None:
@@ -100,6 +108,7 @@ def main() -> int:
                 name = spec_pb.AttemptResult.Name(attempt.result)
                 outcomes[name] = outcomes.get(name, 0) + 1
             results[kind] = {"attempt_ms": summarize(inside), "round_trip_ms": summarize(round_trip), "results": outcomes}
+        results["time_wait_sockets_in_pod"] = time_wait_count(ns.name)
         mem = psutil.Process(worker.ready.pid).memory_full_info()
         results["worker_memory_mib"] = {"rss": round(mem.rss / 2**20, 1), "pss": round(mem.pss / 2**20, 1),
                                         "uss": round(mem.uss / 2**20, 1)}
@@ -119,6 +128,7 @@ def main() -> int:
             tail = results[kind]["results"] if key == "attempt_ms" else ""
             print(f"{kind:5} {label:11} {s['min']:7.3f} {s['median']:7.3f} {s['p90']:7.3f} {s['p99']:7.3f} {s['max']:7.3f}  {tail}")
     m = results["worker_memory_mib"]
+    print(f"TIME_WAIT sockets left in the pod netns: {results['time_wait_sockets_in_pod']}")
     print(f"worker memory: RSS {m['rss']} MiB, PSS {m['pss']} MiB, USS {m['uss']} MiB (a fresh interpreter, not a zygote fork)")
     return 0
 

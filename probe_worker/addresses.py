@@ -1,8 +1,6 @@
-"""Which address a probe connects to inside the pod netns.
+"""Which address a probe connects to inside the pod netns (KEP-4559 target and ip_family).
 
-`choose_endpoint` is the pure rule (KEP-4559 target and ip_family options);
-`discover_pod_ips` is the one I/O step, run once at worker start when the caller
-did not pass the sandbox's IPs.
+Pure: the pod IPs come from the daemon or from probe_worker.pod_ips at start-up.
 """
 
 from __future__ import annotations
@@ -10,8 +8,6 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Sequence
-
-from pyroute2 import IPRoute
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import Endpoint
@@ -63,21 +59,3 @@ def choose_endpoint(
         if not addresses:
             raise AddressError(f"the pod has no {_FAMILY_NAME[order[0]]} address (pod IPs: {', '.join(pod_ips)})")
     return Endpoint(host=addresses[0], addresses=addresses, port=port)
-
-
-def _is_global(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip)
-    return not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified)
-
-
-def discover_pod_ips() -> list[str]:
-    """Global addresses on this netns's interfaces: IPv4 first (the Kubernetes default primary)."""
-    with IPRoute() as ipr:
-        found = [
-            (msg["family"], msg.get_attr("IFA_ADDRESS"))
-            for msg in ipr.get_addr()
-            if msg["scope"] == 0  # RT_SCOPE_UNIVERSE
-        ]
-    v4 = [ip for fam, ip in found if fam == socket.AF_INET and ip and _is_global(ip)]
-    v6 = [ip for fam, ip in found if fam == socket.AF_INET6 and ip and _is_global(ip)]
-    return v4 + v6

@@ -6,8 +6,9 @@ Start-up order matters and is the point of this module:
   3. find the pod IPs if the caller did not pass them;
   4. lower rlimits, drop groups/gid/uid, set no_new_privs, check CapEff is empty;
   5. send Ready, and only then start the event loop.
-Every module the worker will ever need is imported at the top of this file, so
-nothing is imported after the drop (the interpreter may live under a directory
+Every module the worker needs after start-up is imported at the top of this file
+(pyroute2, for step 3 only, is imported in start() before the drop), so nothing
+is imported after the drop (the interpreter may live under a directory
 the unprivileged uid cannot read). A zygote that forks workers (next issue)
 calls run() in the child with the config it received.
 """
@@ -24,7 +25,6 @@ import sys
 import time
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.addresses import discover_pod_ips
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.manager import ProbeManager, validate_registration
 from probe_worker.netns import NetnsError, enter_netns
@@ -63,7 +63,11 @@ def start(config: worker_pb.WorkerConfig) -> worker_pb.Ready:
         raise StartError("no netns_path in the worker config")
     try:
         inode = enter_netns(config.netns_path)
-        pod_ips = list(config.pod_ips) or discover_pod_ips()
+        pod_ips = list(config.pod_ips)
+        if not pod_ips:
+            from probe_worker.pod_ips import discover_pod_ips  # heavy; needed only here, before the drop
+
+            pod_ips = discover_pod_ips()
         apply_limits(config.max_memory_bytes, config.max_open_files)
         if not config.keep_privileges:
             drop_privileges(config.run_as_uid, config.run_as_gid)

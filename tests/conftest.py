@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from tests.netns_env import PodNetns, netns_unavailable_reason
+from tests.netns_env import PodNetns, netns_unavailable_reason, remove_stale_namespaces
 from tests.worker_harness import WorkerHarness
+
+
+def pytest_sessionstart(session):
+    if netns_unavailable_reason() is None:
+        remove_stale_namespaces()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -33,6 +33,19 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
+def remove_stale_namespaces() -> list[str]:
+    """Deletes test namespaces left by a test run that was killed (its pid is gone)."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    removed = []
+    for line in listing.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        parts = name.split("-")
+        if len(parts) == 4 and parts[0] == "cps" and parts[2].isdigit() and not Path(f"/proc/{parts[2]}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            removed.append(name)
+    return removed
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
