@@ -15,7 +15,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 # Protos whose services are served or called through grpcio get _pb2_grpc modules too.
-SERVICE_PROTOS: frozenset[str] = frozenset()
+SERVICE_PROTOS: frozenset[str] = frozenset({"probe_service.proto"})
 
 
 def proto_files() -> list[Path]:
