@@ -4,7 +4,7 @@ PYTHON ?= python3
 APT_PACKAGES := iproute2 openssl containerd runc containernetworking-plugins busybox-static
 STAMP := .deps-installed
 
-.PHONY: deps test run bench protos check-protos clean
+.PHONY: deps test run demo bench protos clean
 
 $(STAMP): pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -25,10 +25,13 @@ test: $(STAMP)
 	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# Until the daemon lands (issue 3), `make run` demonstrates the engine: it makes a
-# throwaway network namespace, serves HTTP/TCP/gRPC inside it, probes them from a
-# worker in that netns and prints the attempts.
+# The daemon on its embedded default: no container runtime, a pod sandbox id is the
+# name of a network namespace under /var/run/netns (create one with `ip netns add`).
 run: $(STAMP)
+	probe-shim serve --runtime-endpoint none --state-dir /var/lib/probe-shim
+
+# The engine alone: a throwaway netns with HTTP/TCP/gRPC servers, probed by one worker.
+demo: $(STAMP)
 	$(PYTHON) bench/probe_latency.py --count 5 --verbose
 
 bench: $(STAMP)

@@ -64,6 +64,9 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @dataclass
@@ -139,3 +142,24 @@ class PodNetns:
             server.stop()
         for name in (self.name, self.peer):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+# A listener that accepts and drops connections until SIGTERM; argv: HOST PORT.
+LISTENER = (
+    "import socket, sys, threading, signal\n"
+    "host, port = sys.argv[1], int(sys.argv[2])\n"
+    "s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((host, port)); s.listen(128)\n"
+    "def loop():\n"
+    "    while True:\n"
+    "        s.accept()[0].close()\n"
+    "threading.Thread(target=loop, daemon=True).start()\n"
+    "print('READY', s.getsockname()[1], flush=True)\n"
+    "signal.sigwait({signal.SIGTERM})\n"
+)
+
+
+def listen(ns: "PodNetns", host: str = "0.0.0.0", port: int = 0) -> ServerProcess:
+    """A TCP listener inside the netns (an IPv6 host binds IPv6 only)."""
+    return ns.spawn([sys.executable, "-c", LISTENER, host, str(port)])

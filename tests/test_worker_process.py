@@ -15,29 +15,10 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from tests.netns_env import listen
 from tests.worker_harness import Rejected, WorkerFailed
 
 pytestmark = pytest.mark.netns
-
-# A listener that accepts and drops connections until SIGTERM; argv: HOST PORT.
-LISTENER = (
-    "import socket, sys, threading, signal\n"
-    "host, port = sys.argv[1], int(sys.argv[2])\n"
-    "s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)\n"
-    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-    "s.bind((host, port)); s.listen(128)\n"
-    "def loop():\n"
-    "    while True:\n"
-    "        s.accept()[0].close()\n"
-    "threading.Thread(target=loop, daemon=True).start()\n"
-    "print('READY', s.getsockname()[1], flush=True)\n"
-    "signal.sigwait({signal.SIGTERM})\n"
-)
-
-
-def listen(ns, host="0.0.0.0", port=0):
-    return ns.spawn([sys.executable, "-c", LISTENER, host, str(port)])
-
 
 def tcp_spec(port, **timing):
     timing.setdefault("period_ms", 50)

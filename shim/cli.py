@@ -1,0 +1,55 @@
+"""`probe-shim serve`: the daemon's command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from shim import logs
+from shim.config import Config, ConfigError, load
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = Config()
+    parser = argparse.ArgumentParser(prog="probe-shim", description="Runs Kubernetes probes inside pod network namespaces")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the daemon")
+    serve.add_argument("--config", help="TOML file; flags given here override it")
+    serve.add_argument("--listen", help=f"unix socket to serve (default {defaults.listen})")
+    serve.add_argument("--runtime-endpoint", dest="runtime_endpoint",
+                       help=f"upstream CRI endpoint, or 'none' for network namespaces only (default {defaults.runtime_endpoint})")
+    serve.add_argument("--state-dir", dest="state_dir", help=f"where registered probes are kept (default {defaults.state_dir})")
+    serve.add_argument("--metrics-listen", dest="metrics_listen",
+                       help=f"host:port for /metrics, '' for none (default {defaults.metrics_listen})")
+    serve.add_argument("--reconcile-interval", dest="reconcile_interval_s", type=float,
+                       help=f"seconds between sandbox reconciliations (default {defaults.reconcile_interval_s:g})")
+    serve.add_argument("--log-format", dest="log_format", choices=("text", "json"), help="default text")
+    serve.add_argument("--trace-exporter", dest="trace_exporter", choices=("none", "console", "otlp"), help="default none")
+    serve.add_argument("--allow-host-field", dest="allow_host_field", action="store_const", const=True,
+                       help="accept probes with the deprecated host field (SSRF risk; off by default)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    try:
+        config = load(args.config, overrides)
+    except ConfigError as exc:
+        print(f"probe-shim: {exc}", file=sys.stderr)
+        return 1
+    logs.setup(config.log_format)
+    from shim import server  # after logging is set up; imports grpc
+
+    try:
+        asyncio.run(server.serve(config))
+    except server.AlreadyServing as exc:
+        logging.getLogger("probe_shim").error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""The daemon's registrations: the one place that decides which probe runs where.
+
+RunProbe and StopProbe land here from the API; the registry writes the store
+first (an acknowledged probe survives a crash), then the status board, then tells
+the supervisor. Worker events come back through `on_event` / `on_worker` and are
+turned into status, spans and metrics. Sandbox life comes from the CRI proxy
+(`sandbox_event`) and from the periodic `reconcile`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probe_worker_pb2 as worker_pb
+from shim import requests
+from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.supervisor import SandboxTarget, WorkerRejected
+
+log = logging.getLogger("probe_shim.registry")
+
+_TOTAL_FIELD = {
+    spec_pb.RESULT_SUCCESS: "success",
+    spec_pb.RESULT_WARNING: "warning",
+    spec_pb.RESULT_FAILURE: "failure",
+    spec_pb.RESULT_UNKNOWN: "unknown",
+}
+EXEC_GRACE_S = 5.0
+
+
+class InvalidRequest(Exception):
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+class LimitExceeded(Exception):
+    pass
+
+
+def _registration(req: service_pb.RunProbeRequest, probe_id: str, created_at: int) -> service_pb.Probe:
+    """The durable part of a probe: what RunProbe said, nothing observed."""
+    return service_pb.Probe(
+        probe_id=probe_id,
+        pod_sandbox_id=req.pod_sandbox_id,
+        container_id=req.container_id,
+        container_name=req.container_name,
+        type=req.type,
+        spec=req.spec,
+        labels=req.labels,
+        container_started_at=req.container_started_at,
+        container_ports=req.container_ports,
+        created_at=created_at,
+    )
+
+
+# What the daemon has observed of a probe, as opposed to what RunProbe registered.
+_OBSERVED_SCALARS = ("state", "state_changed_at", "last_trace_id", "last_span_id",
+                     "consecutive_successes", "consecutive_failures", "on_hold")
+_OBSERVED_MESSAGES = ("last_attempt", "totals", "worker")
+
+
+def _with_observed(registration: service_pb.Probe, previous: service_pb.Probe | None) -> service_pb.Probe:
+    """A replaced probe of the same container keeps its results so far; a new container starts clean."""
+    status = service_pb.Probe()
+    status.CopyFrom(registration)
+    if previous is not None:
+        for name in _OBSERVED_SCALARS:
+            setattr(status, name, getattr(previous, name))
+        for name in _OBSERVED_MESSAGES:
+            getattr(status, name).CopyFrom(getattr(previous, name))
+    return status
+
+
+def _worker_registration(probe: service_pb.Probe, start_now: bool) -> worker_pb.ProbeRegistration:
+    return worker_pb.ProbeRegistration(
+        probe_id=probe.probe_id,
+        type=probe.type,
+        spec=probe.spec,
+        start_now=start_now,
+        container=worker_pb.ContainerRef(
+            id=probe.container_id or probe.container_name,
+            name=probe.container_name,
+            started_at_unix_ns=probe.container_started_at,
+            ports=probe.container_ports,
+        ),
+    )
+
+
+def _target(sandbox: SandboxInfo) -> SandboxTarget:
+    return SandboxTarget(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips))
+
+
+class ProbeRegistry:
+    def __init__(self, *, config, sandboxes: SandboxSource, store, board, tracer, metrics) -> None:
+        self._config = config
+        self._sandboxes = sandboxes
+        self._store = store
+        self._board = board
+        self._tracer = tracer
+        self._metrics = metrics
+        self.supervisor = None  # set by the daemon: the supervisor's callbacks point back here
+        self._lock = asyncio.Lock()  # registrations change one at a time
+        self._sandbox_info: dict[str, SandboxInfo] = {}
+        self._restarts_seen: dict[str, int] = {}
+
+    # --- API -----------------------------------------------------------------------
+
+    async def run_probe(self, req: service_pb.RunProbeRequest) -> str:
+        errors = requests.validate_run_probe(req, self._config.allow_host_field)
+        if errors:
+            raise InvalidRequest(errors)
+        if requests.uses_host_field(req.spec):
+            log.warning("probe uses the host field (allowed by config)",
+                        extra={"sandbox": req.pod_sandbox_id, "container": requests.container_key(req)})
+        sandbox = await self._sandboxes.resolve(req.pod_sandbox_id)
+        async with self._lock:
+            probe_id = requests.probe_id_for(sandbox.id, requests.container_key(req), req.type)
+            existing = self._board.get(probe_id)
+            if existing is None:
+                self._check_limits(sandbox.id)
+            probe = _registration(req, probe_id, existing.created_at if existing else time.time_ns())
+            await asyncio.to_thread(self._store.save, probe)
+            same_container = existing is not None and existing.container_id == probe.container_id
+            self._board.put(_with_observed(probe, existing if same_container else None))
+            self._sandbox_info[sandbox.id] = sandbox
+            await self._start(sandbox, [probe], start_now=True)
+            worker = self.supervisor.status(sandbox.id)
+            self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
+            self._metrics.set_probes(len(self._board))
+        log.info("probe registered", extra={"probe_id": probe_id, "sandbox": sandbox.id,
+                                            "type": spec_pb.ProbeType.Name(req.type)})
+        return probe_id
+
+    async def stop_probe(self, req: service_pb.StopProbeRequest) -> list[str]:
+        errors = requests.validate_stop_probe(req)
+        if errors:
+            raise InvalidRequest(errors)
+        async with self._lock:
+            if req.probe_id:
+                ids = [req.probe_id] if self._board.get(req.probe_id) else []
+            else:
+                ids = [
+                    p.probe_id for p in self._board.list(service_pb.ProbeFilter(pod_sandbox_id=req.pod_sandbox_id))
+                    if not req.container_id or req.container_id in (p.container_id, p.container_name)
+                ]
+            await self._remove(ids)
+        return ids
+
+    async def exec_probe(self, req: service_pb.ExecProbeRequest, traceparent: str | None) -> service_pb.ExecProbeResponse:
+        errors = requests.validate_exec_probe(req, self._config.allow_host_field)
+        if errors:
+            raise InvalidRequest(errors)
+        sandbox = await self._sandboxes.resolve(req.pod_sandbox_id)
+        reg = worker_pb.ProbeRegistration(
+            type=req.type or spec_pb.READINESS, spec=req.spec,
+            container=worker_pb.ContainerRef(ports=req.container_ports),
+        )
+        timeout_s = (req.spec.timeout_ms or 1000) / 1000 * 3 + EXEC_GRACE_S  # up to 3 tries, like the kubelet
+        attempt = await self.supervisor.run_once(_target(sandbox), reg, timeout_s)
+        trace_id, span_id = self._tracer.record(
+            attempt, probe_id="exec", probe_type=reg.type, sandbox_id=sandbox.id, container_name="",
+            pod_name=sandbox.name, pod_namespace=sandbox.namespace, pod_uid=sandbox.uid, traceparent=traceparent,
+            spec=req.spec,
+        )
+        return service_pb.ExecProbeResponse(
+            attempt=attempt, trace_id=trace_id, span_id=span_id, worker=self.supervisor.status(sandbox.id)
+        )
+
+    async def list_sandboxes(self) -> list[service_pb.ProbeSandbox]:
+        counts: dict[str, int] = {}
+        for probe in self._board.list(service_pb.ProbeFilter()):
+            counts[probe.pod_sandbox_id] = counts.get(probe.pod_sandbox_id, 0) + 1
+        known = dict(self._sandbox_info)
+        if hasattr(self._sandboxes, "list"):  # embedded mode: every netns is a sandbox
+            for info in await self._sandboxes.list():
+                known.setdefault(info.id, info)
+        out = []
+        for sid in sorted(set(known) | set(counts)):
+            info = known.get(sid, SandboxInfo(id=sid, netns_path="", ready=False))
+            out.append(service_pb.ProbeSandbox(
+                id=sid, name=info.name, namespace=info.namespace, uid=info.uid, netns_path=info.netns_path,
+                pod_ips=info.pod_ips, probes=counts.get(sid, 0), worker=self.supervisor.status(sid),
+                ready=info.ready, created_at=info.created_at,
+            ))
+        return out
+
+    # --- sandbox life ----------------------------------------------------------------
+
+    async def sandbox_event(self, kind: str, sandbox_id: str) -> None:
+        """From the CRI proxy: StopPodSandbox stops the worker, RemovePodSandbox drops the probes."""
+        log.info("sandbox %s seen on the CRI", kind, extra={"sandbox": sandbox_id})
+        if kind == "remove":
+            async with self._lock:
+                await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
+        else:
+            await self.supervisor.stop_sandbox(sandbox_id)
+
+    async def reconcile(self) -> None:
+        """Drops probes of sandboxes that are gone; starts workers for restored ones still pending."""
+        sandbox_ids = {p.pod_sandbox_id for p in self._board.list(service_pb.ProbeFilter())}
+        if not sandbox_ids:
+            return
+        try:
+            present = await self._sandboxes.present(sandbox_ids)
+        except RuntimeUnavailable as exc:
+            log.warning("reconcile skipped: %s", exc)
+            return
+        running = set(self.supervisor.sandbox_ids())
+        for sid, ok in present.items():
+            if not ok:
+                log.info("sandbox is gone; dropping its probes", extra={"sandbox": sid})
+                async with self._lock:
+                    await self._remove([p.probe_id for p in self._probes_of(sid)])
+            elif sid not in running:
+                await self._resume_sandbox(sid)
+
+    async def restore(self) -> None:
+        """After a (re)start: every acknowledged probe back on the board and its worker started."""
+        probes = await asyncio.to_thread(self._store.load_all)
+        for row in self._store.corrupt_rows:
+            log.error("a stored probe cannot be read and is not restored: %s", row.reason, extra={"probe_id": row.probe_id})
+        for probe in probes:
+            self._board.put(probe)
+        for sid in sorted({p.pod_sandbox_id for p in probes}):
+            await self._resume_sandbox(sid)
+        self._metrics.set_probes(len(probes))
+        log.info("restored %d probes", len(probes))
+
+    async def _resume_sandbox(self, sandbox_id: str) -> None:
+        try:
+            sandbox = await self._sandboxes.resolve(sandbox_id)
+        except (SandboxNotFound, SandboxNotReady) as exc:
+            log.info("dropping probes of a sandbox that is gone: %s", exc, extra={"sandbox": sandbox_id})
+            async with self._lock:
+                await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
+            return
+        except RuntimeUnavailable as exc:
+            log.warning("cannot resume sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
+            return
+        self._sandbox_info[sandbox_id] = sandbox
+        # Jittered start, as the kubelet does after its own restart: no thundering herd.
+        await self._start(sandbox, self._probes_of(sandbox_id), start_now=False)
+
+    # --- worker events -----------------------------------------------------------------
+
+    def on_event(self, sandbox_id: str, event: worker_pb.WorkerEvent) -> None:
+        kind = event.WhichOneof("msg")
+        if kind == "attempt":
+            self._on_attempt(sandbox_id, event.attempt)
+        elif kind == "state_change":
+            change = event.state_change
+            now = time.time_ns()
+
+            def set_state(p: service_pb.Probe) -> None:
+                p.state = change.state
+                p.state_changed_at = now
+
+            self._board.update(change.probe_id, set_state)
+
+    def _on_attempt(self, sandbox_id: str, report: worker_pb.AttemptReport) -> None:
+        probe = self._board.get(report.probe_id)
+        if probe is None:
+            return  # removed while the attempt was in flight
+        info = self._sandbox_info.get(sandbox_id, SandboxInfo(id=sandbox_id, netns_path=""))
+        attempt = report.attempt
+        trace_id, span_id = self._tracer.record(
+            attempt, probe_id=probe.probe_id, probe_type=probe.type, sandbox_id=sandbox_id,
+            container_name=probe.container_name, pod_name=info.name, pod_namespace=info.namespace, pod_uid=info.uid,
+            spec=probe.spec,
+        )
+
+        def apply(p: service_pb.Probe) -> None:
+            p.last_attempt.CopyFrom(attempt)
+            p.last_trace_id, p.last_span_id = trace_id, span_id
+            p.consecutive_successes = report.consecutive_successes
+            p.consecutive_failures = report.consecutive_failures
+            p.on_hold = report.on_hold
+            field = _TOTAL_FIELD.get(attempt.result, "unknown")
+            setattr(p.totals, field, getattr(p.totals, field) + 1)
+
+        self._board.record_attempt(probe.probe_id, apply)
+        self._metrics.observe_attempt(
+            probe.type, attempt.result, attempt.duration_ns / 1e9,
+            container=probe.container_name, pod=info.name, namespace=info.namespace, pod_uid=info.uid,
+        )
+
+    def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
+        for probe in self._probes_of(sandbox_id):
+            self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
+        if status.restarts > self._restarts_seen.get(sandbox_id, 0):
+            self._metrics.inc_worker_restarts()
+        self._restarts_seen[sandbox_id] = status.restarts
+        running = sum(
+            1 for sid in self.supervisor.sandbox_ids()
+            if self.supervisor.status(sid).state == service_pb.WORKER_RUNNING
+        )
+        self._metrics.set_workers(running)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _probes_of(self, sandbox_id: str) -> list[service_pb.Probe]:
+        return self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id))
+
+    def _check_limits(self, sandbox_id: str) -> None:
+        total = len(self._board)
+        if total >= self._config.max_probes_total:
+            raise LimitExceeded(f"the daemon already runs {total} probes (max_probes_total)")
+        in_sandbox = len(self._probes_of(sandbox_id))
+        if in_sandbox >= self._config.max_probes_per_sandbox:
+            raise LimitExceeded(f"sandbox {sandbox_id} already has {in_sandbox} probes (max_probes_per_sandbox)")
+
+    async def _start(self, sandbox: SandboxInfo, probes: Iterable[service_pb.Probe], start_now: bool) -> None:
+        await self.supervisor.ensure(_target(sandbox))
+        for probe in probes:
+            try:
+                await self.supervisor.add_probe(sandbox.id, _worker_registration(probe, start_now))
+            except WorkerRejected as exc:  # validated already: a worker of another version?
+                log.error("worker rejected probe %s: %s", probe.probe_id, exc)
+
+    async def _remove(self, probe_ids: list[str]) -> None:
+        if not probe_ids:
+            return
+        await asyncio.to_thread(self._store.delete, probe_ids)
+        for probe_id in probe_ids:
+            probe = self._board.get(probe_id)
+            if probe is None:
+                continue
+            self._board.remove(probe_id)
+            await self.supervisor.remove_probe(probe.pod_sandbox_id, probe_id)
+            info = self._sandbox_info.get(probe.pod_sandbox_id)
+            self._metrics.forget_probe(
+                probe.type, container=probe.container_name, pod=info.name if info else "",
+                namespace=info.namespace if info else "", pod_uid=info.uid if info else "",
+            )
+        for sid in list(self._sandbox_info):
+            if not self._probes_of(sid):
+                self._sandbox_info.pop(sid, None)
+        self._metrics.set_probes(len(self._board))

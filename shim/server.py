@@ -1,0 +1,172 @@
+"""The daemon: wires the parts together, serves the socket, stops cleanly.
+
+Start-up order matters: the worker zygote is started first, before any grpc
+object exists in this process (the zygote is a fresh interpreter anyway, but no
+child of a process with grpc threads should ever be forked); then the store and
+the board, the registry restoring every acknowledged probe, and last the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_service_pb2_grpc as service_grpc
+from shim.api import ProbeServicer
+from shim.config import Config
+from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
+from shim.metrics import ShimMetrics
+from shim.registry import ProbeRegistry
+from shim.sandboxes import CriSandboxes, NetnsSandboxes
+from shim.status import StatusBoard
+from shim.store import ProbeStore, StoreError
+from shim.supervisor import WorkerSupervisor
+from shim.tracing import AttemptTracer
+from shim.zygote import Zygote
+
+log = logging.getLogger("probe_shim")
+
+SOCKET_MODE = 0o660
+PROBE_SERVICE = service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name
+
+
+class AlreadyServing(Exception):
+    pass
+
+
+def _prepare_socket_path(path: str) -> None:
+    """Creates the directory; removes a stale socket file, refuses to steal a live one."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise AlreadyServing(f"{path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listens: a leftover of a crash
+    else:
+        raise AlreadyServing(f"another daemon is serving {path}")
+    finally:
+        probe.close()
+
+
+def _open_store(path: str) -> ProbeStore:
+    """A damaged database must not keep the daemon (and the CRI proxy with it) down."""
+    try:
+        return ProbeStore(path)
+    except StoreError as exc:
+        aside = f"{path}.corrupt-{int(time.time())}"
+        os.replace(path, aside)
+        log.error("probe store unreadable (%s); moved to %s, starting with no probes", exc, aside)
+        return ProbeStore(path)
+
+
+async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    _prepare_socket_path(config.socket_path)
+    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    store = _open_store(os.path.join(config.state_dir, "probes.db"))
+    board = StatusBoard()
+    tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
+    metrics = ShimMetrics()
+
+    upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
+    sandboxes = NetnsSandboxes() if upstream is None else CriSandboxes(upstream)
+    registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, tracer=tracer, metrics=metrics)
+    supervisor = WorkerSupervisor(
+        Zygote.start,
+        on_event=registry.on_event,
+        on_worker=registry.on_worker,
+        heartbeat_timeout_s=config.heartbeat_timeout_s,
+        user_agent_version=config.user_agent_version,
+        run_as_uid=config.worker_uid,
+        run_as_gid=config.worker_gid,
+    )
+    await supervisor.start()  # the zygote, before any grpc object below
+    registry.supervisor = supervisor
+
+    server = grpc.aio.server(options=SERVER_OPTIONS)  # 16 MiB messages, like the kubelet's CRI client
+    service_grpc.add_ProbeServiceServicer_to_server(
+        ProbeServicer(registry, board, instance_id=board.instance_id,
+                      runtime_endpoint="none" if config.embedded else config.runtime_endpoint),
+        server,
+    )
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        [PROBE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    if upstream is not None:
+        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, registry.sandbox_event)])
+    server.add_insecure_port(config.listen)
+
+    metrics_server = None
+    tasks: list[asyncio.Task] = []
+    try:
+        await registry.restore()
+        await server.start()
+        os.chmod(config.socket_path, SOCKET_MODE)
+        for name in ("", PROBE_SERVICE):
+            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if config.metrics_listen:
+            metrics.set_watchers(0)
+            metrics_server = await metrics.serve(config.metrics_listen)
+        tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
+        tasks.append(asyncio.create_task(_report_watchers(board, metrics)))
+        log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
+                                   "instance_id": board.instance_id, "state_dir": config.state_dir})
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await health.enter_graceful_shutdown()
+        await server.stop(grace=2)
+        await supervisor.close()
+        if metrics_server is not None:
+            metrics_server.close()
+            await metrics_server.wait_closed()
+        if upstream is not None:
+            await upstream.close()
+        await asyncio.to_thread(tracer.shutdown)  # a dead collector may take seconds
+        store.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config.socket_path)
+        log.info("stopped")
+
+
+async def _reconcile_forever(registry: ProbeRegistry, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await registry.reconcile()
+        except Exception:  # one failed pass must not end reconciling
+            log.exception("reconcile failed")
+
+
+async def _report_watchers(board: StatusBoard, metrics: ShimMetrics) -> None:
+    while True:
+        metrics.set_watchers(board.watcher_count)
+        await asyncio.sleep(1)

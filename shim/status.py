@@ -1,0 +1,319 @@
+"""The in-memory status of every probe, and the resumable, revisioned watch over it (KEP-2104 / KPNG style).
+
+Owns: the current Probe messages (registration plus observed status), the board's random instance id, its revision
+counter (+1 per change, from 0), a bounded history of changes, and the watchers.
+
+Watch protocol, as the client sees it:
+- A watch that sends this board's instance id and a `since_revision` still covered by the history gets exactly the
+  changes it missed (UPDATED / REMOVED after since_revision that match its filter), then live changes.
+- Any other watch first gets the full state: one SNAPSHOT per matching probe, all at the snapshot's revision, then
+  SNAPSHOT_COMPLETE; the client replaces its state with the snapshot on SNAPSHOT_COMPLETE (an empty state sends only
+  SNAPSHOT_COMPLETE). Live changes follow with no gap and no duplicate.
+- A probe that stops matching a filter because an update changed its labels is REMOVED for that watcher, as
+  Kubernetes does for label-selector watches, so a client's view never keeps a probe outside its filter.
+- ATTEMPT events (every_attempt only) carry the board's current revision; they are best effort and never replayed.
+- A watcher whose buffer fills up is dropped at once (producers never wait) and its stream ends with RESYNC. The
+  RESYNC revision is a safe resume point: everything up to it that matched was delivered (0 if the snapshot had not
+  completed). Resume from the last revision received, and only once SNAPSHOT_COMPLETE has been seen.
+
+Not thread-safe, by design: everything runs on the daemon's event loop. put/update/remove/record_attempt are plain
+functions that never await, so a watch registers at the very instant its snapshot or replay is computed.
+Responses handed to watchers are shared between them and must be treated as read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+
+Probe = service_pb.Probe
+ProbeFilter = service_pb.ProbeFilter
+WatchResponse = service_pb.WatchProbeStatusResponse
+
+# What a REMOVED event carries: enough for any filter to still match it.
+IDENTITY_FIELDS = ("probe_id", "pod_sandbox_id", "container_id", "type", "labels")
+
+
+# --- pure logic ----------------------------------------------------------------------------------------------------
+
+def matches(filter: ProbeFilter, probe: Probe) -> bool:
+    """Empty filter fields match everything; every label_selector pair must be present with an equal value."""
+    if filter.probe_id and filter.probe_id != probe.probe_id:
+        return False
+    if filter.pod_sandbox_id and filter.pod_sandbox_id != probe.pod_sandbox_id:
+        return False
+    if filter.container_id and filter.container_id != probe.container_id:
+        return False
+    if filter.type != spec_pb.PROBE_TYPE_UNSPECIFIED and filter.type != probe.type:
+        return False
+    # .get, not []: indexing a protobuf map inserts the missing key.
+    return all(probe.labels.get(key) == value for key, value in filter.label_selector.items())
+
+
+def identity(probe: Probe) -> Probe:
+    """The fields a filter looks at, and nothing else: the body of a REMOVED event."""
+    out = Probe(probe_id=probe.probe_id, pod_sandbox_id=probe.pod_sandbox_id,
+                container_id=probe.container_id, type=probe.type)
+    out.labels.update(probe.labels)
+    return out
+
+
+def sort_key(probe: Probe) -> tuple[str, str, int, str]:
+    return (probe.pod_sandbox_id, probe.container_id, probe.type, probe.probe_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One revision of the board, as kept in the history and fanned out to watchers.
+
+    `left_view` is a REMOVED for the probe's previous identity, set when an update changed what filters look at:
+    a watcher whose filter matched the old identity but not the new one receives it instead of `response`.
+    """
+
+    revision: int
+    response: WatchResponse
+    left_view: WatchResponse | None = None
+
+
+def response_for(filter: ProbeFilter, change: Change) -> WatchResponse | None:
+    """What a watcher with this filter receives for a change, if anything."""
+    if matches(filter, change.response.probe):
+        return change.response
+    if change.left_view is not None and matches(filter, change.left_view.probe):
+        return change.left_view
+    return None
+
+
+def changes_since(history: Sequence[Change], current_revision: int, since_revision: int) -> list[Change] | None:
+    """The changes after since_revision, or None when they cannot all be replayed (too old, or in the future).
+
+    The history holds consecutive revisions ending at current_revision, so coverage is a bound check.
+    """
+    if since_revision > current_revision:
+        return None
+    if since_revision == current_revision:
+        return []
+    if not history or history[0].revision > since_revision + 1:
+        return None
+    start = since_revision + 1 - history[0].revision
+    return list(itertools.islice(history, start, None))
+
+
+def replay_responses(changes: Iterable[Change], filter: ProbeFilter) -> list[WatchResponse]:
+    return [r for r in (response_for(filter, c) for c in changes) if r is not None]
+
+
+def snapshot_responses(probes: Iterable[Probe], filter: ProbeFilter, instance_id: str,
+                       revision: int) -> list[WatchResponse]:
+    """The full state for one filter: SNAPSHOT per matching probe (copied now), then SNAPSHOT_COMPLETE."""
+    selected = sorted((p for p in probes if matches(filter, p)), key=sort_key)
+    out = [WatchResponse(instance_id=instance_id, revision=revision, type=service_pb.SNAPSHOT, probe=p)
+           for p in selected]
+    out.append(WatchResponse(instance_id=instance_id, revision=revision, type=service_pb.SNAPSHOT_COMPLETE))
+    return out
+
+
+# --- watchers ------------------------------------------------------------------------------------------------------
+
+class _Watcher:
+    """One watch stream's bounded buffer. Producers never wait: a full buffer marks the watcher overflowed."""
+
+    def __init__(self, filter: ProbeFilter, every_attempt: bool, capacity: int) -> None:
+        self.filter = filter
+        self.every_attempt = every_attempt
+        self.overflowed = False
+        self._capacity = capacity
+        self._pending: collections.deque[WatchResponse] = collections.deque()
+        self._wakeup = asyncio.Event()
+
+    def offer(self, response: WatchResponse) -> bool:
+        if len(self._pending) >= self._capacity:
+            self.overflowed = True
+            self._pending.clear()  # it will never be sent: free it now, the client may stay stuck for long
+            self._wakeup.set()
+            return False
+        self._pending.append(response)
+        self._wakeup.set()
+        return True
+
+    async def next(self) -> WatchResponse | None:
+        """The next buffered response, or None once overflowed."""
+        while not self._pending and not self.overflowed:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if self.overflowed:
+            return None
+        return self._pending.popleft()
+
+
+# --- the board -----------------------------------------------------------------------------------------------------
+
+class StatusBoard:
+    def __init__(self, *, history_size: int = 4096, watcher_queue: int = 1024, instance_id: str | None = None) -> None:
+        if history_size < 0:
+            raise ValueError("history_size must be >= 0")
+        if watcher_queue < 1:
+            raise ValueError("watcher_queue must be >= 1")
+        self.instance_id = instance_id or uuid.uuid4().hex
+        self._revision = 0
+        self._probes: dict[str, Probe] = {}
+        self._history: collections.deque[Change] = collections.deque(maxlen=history_size)
+        self._watcher_queue = watcher_queue
+        self._watchers: set[_Watcher] = set()
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    def __len__(self) -> int:
+        return len(self._probes)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get(self, probe_id: str) -> Probe | None:
+        probe = self._probes.get(probe_id)
+        if probe is None:
+            return None
+        out = Probe()
+        out.CopyFrom(probe)
+        return out
+
+    def list(self, filter: ProbeFilter | None = None) -> list[Probe]:
+        """Copies of the matching probes, sorted by sandbox, container, type."""
+        selected = [p for p in self._probes.values() if filter is None or matches(filter, p)]
+        out = []
+        for probe in sorted(selected, key=sort_key):
+            copy = Probe()
+            copy.CopyFrom(probe)
+            out.append(copy)
+        return out
+
+    # --- changes -------------------------------------------------------------------------------
+
+    def put(self, probe: Probe) -> int:
+        """Adds or replaces a probe (the board keeps a copy); returns the new revision, also set as its revision."""
+        stored = Probe()
+        stored.CopyFrom(probe)
+        return self._commit(stored)
+
+    def update(self, probe_id: str, mutate: Callable[[Probe], None]) -> int | None:
+        """Applies mutate to the probe, then records the change like put(); None if the probe is unknown.
+
+        mutate works on a copy: if it raises, the board is unchanged.
+        """
+        current = self._probes.get(probe_id)
+        if current is None:
+            return None
+        changed = Probe()
+        changed.CopyFrom(current)
+        mutate(changed)
+        if changed.probe_id != probe_id:
+            raise ValueError(f"update of {probe_id!r} must not change its probe_id")
+        return self._commit(changed)
+
+    def remove(self, probe_id: str) -> int | None:
+        """Forgets a probe; returns the new revision, or None (and changes nothing) if it was unknown."""
+        previous = self._probes.pop(probe_id, None)
+        if previous is None:
+            return None
+        self._revision += 1
+        self._record(Change(self._revision, self._response(service_pb.REMOVED, identity(previous))))
+        return self._revision
+
+    def record_attempt(self, probe_id: str, mutate: Callable[[Probe], None]) -> None:
+        """Applies an attempt's effects (last_attempt, totals, counters) in place, without a new revision.
+
+        Attempts are not state changes: they are neither in the history nor sent to watchers without
+        every_attempt. mutate must only touch status fields (not the identity a filter looks at).
+        """
+        probe = self._probes.get(probe_id)
+        if probe is None:
+            return
+        mutate(probe)
+        targets = [w for w in self._watchers if w.every_attempt and matches(w.filter, probe)]
+        if targets:
+            response = self._response(service_pb.ATTEMPT, probe)
+            for watcher in targets:
+                self._offer(watcher, response)
+
+    # --- watch ---------------------------------------------------------------------------------
+
+    async def watch(self, request: service_pb.WatchProbeStatusRequest) -> AsyncIterator[WatchResponse]:
+        """Replay or snapshot, then live changes until the caller stops iterating or the watcher overflows.
+
+        Closing or cancelling the iteration (gRPC cancelling the stream) unregisters the watcher.
+        """
+        filter = ProbeFilter()
+        filter.CopyFrom(request.filter)
+        watcher = _Watcher(filter, request.every_attempt, self._watcher_queue)
+        # No await between computing the backlog and registering: nothing can happen in between.
+        backlog, delivered = self._backlog(request, filter)
+        self._watchers.add(watcher)
+        try:
+            for response in backlog:
+                if watcher.overflowed:
+                    break
+                yield response
+                if response.type != service_pb.SNAPSHOT:  # a partial snapshot is no resume point
+                    delivered = response.revision
+            while not watcher.overflowed:
+                response = await watcher.next()
+                if response is None:
+                    break
+                yield response
+                delivered = response.revision
+            yield WatchResponse(instance_id=self.instance_id, revision=delivered, type=service_pb.RESYNC)
+        finally:
+            self._watchers.discard(watcher)
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _backlog(self, request: service_pb.WatchProbeStatusRequest,
+                 filter: ProbeFilter) -> tuple[list[WatchResponse], int]:
+        """What a new watcher gets before live changes, and the resume point it starts from."""
+        if request.instance_id == self.instance_id:
+            missed = changes_since(self._history, self._revision, request.since_revision)
+            if missed is not None:
+                return replay_responses(missed, filter), request.since_revision
+        return snapshot_responses(self._probes.values(), filter, self.instance_id, self._revision), 0
+
+    def _commit(self, probe: Probe) -> int:
+        if not probe.probe_id:
+            raise ValueError("a probe needs a probe_id")
+        previous = self._probes.get(probe.probe_id)
+        self._revision += 1
+        probe.revision = self._revision
+        self._probes[probe.probe_id] = probe
+        left_view = None
+        if previous is not None:
+            old = identity(previous)
+            if old != identity(probe):
+                left_view = self._response(service_pb.REMOVED, old)
+        self._record(Change(self._revision, self._response(service_pb.UPDATED, probe), left_view))
+        return self._revision
+
+    def _record(self, change: Change) -> None:
+        self._history.append(change)
+        for watcher in list(self._watchers):
+            response = response_for(watcher.filter, change)
+            if response is not None:
+                self._offer(watcher, response)
+
+    def _offer(self, watcher: _Watcher, response: WatchResponse) -> None:
+        if not watcher.offer(response):
+            self._watchers.discard(watcher)  # it gets RESYNC from its own iterator; stop feeding it now
+
+    def _response(self, type: int, probe: Probe) -> WatchResponse:
+        # The constructor copies probe: later changes to the board's probe do not leak into sent events.
+        return WatchResponse(instance_id=self.instance_id, revision=self._revision, type=type, probe=probe)

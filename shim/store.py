@@ -1,0 +1,274 @@
+"""Durable registrations: the probes RunProbe acknowledged, kept in SQLite under the state dir.
+
+Owns the database file (mode 0600), its schema (versioned with PRAGMA user_version, migrated forward on open)
+and its durability settings. Only a probe's registration is stored (what RunProbe was given, its id and
+creation time); results and worker status are observations and are rebuilt after a restart.
+
+Durability: WAL with synchronous=FULL, one transaction per call, so every commit is fsynced before save() or
+delete() returns. RunProbe acknowledges only what survives a crash or a power loss.
+
+Robustness: a row that cannot be read or decoded is skipped, logged and listed in `corrupt_rows`; it never stops
+the daemon from starting (the daemon also serves the CRI proxy, so refusing to start would cut kubelet off its
+runtime). A file that is not a SQLite database at all, or a schema newer than this code, raises StoreError.
+
+Thread-safe: the daemon calls it through asyncio.to_thread; one connection, guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from cri_proto import probe_service_pb2 as service_pb
+
+log = logging.getLogger("probe_shim.store")
+
+DEFAULT_FILENAME = "probes.db"
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+# SQLite creates these beside the database (with the database's mode); tightened too if they pre-exist.
+SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+# The fields of a Probe that RunProbe registers; everything else is observed and not persisted.
+REGISTRATION_FIELDS = frozenset({
+    "probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "spec", "labels",
+    "container_started_at", "container_ports", "created_at",
+})
+
+# MIGRATIONS[n] takes the schema from version n to n + 1. Append only; never edit a released step.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE probes (
+            probe_id       TEXT    NOT NULL PRIMARY KEY,
+            pod_sandbox_id TEXT    NOT NULL,
+            container_id   TEXT    NOT NULL,
+            type           INTEGER NOT NULL,
+            registration   BLOB    NOT NULL  -- a Probe holding only REGISTRATION_FIELDS
+        )""",
+        "CREATE INDEX probes_by_container ON probes (pod_sandbox_id, container_id)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_UPSERT = """
+    INSERT INTO probes (probe_id, pod_sandbox_id, container_id, type, registration) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (probe_id) DO UPDATE SET
+        pod_sandbox_id = excluded.pod_sandbox_id, container_id = excluded.container_id,
+        type = excluded.type, registration = excluded.registration
+"""
+
+
+class StoreError(Exception):
+    """The database cannot be used at all (not a database, too new a schema, closed)."""
+
+
+@dataclass(frozen=True)
+class CorruptRow:
+    """A row load_all() skipped. probe_id is "" when the row could not even be listed."""
+
+    probe_id: str
+    reason: str
+
+
+def registration_of(probe: service_pb.Probe) -> service_pb.Probe:
+    """A copy of the probe with only its registration fields (observations and unknown fields dropped)."""
+    out = service_pb.Probe()
+    out.CopyFrom(probe)
+    for field in out.DESCRIPTOR.fields:
+        if field.name not in REGISTRATION_FIELDS:
+            out.ClearField(field.name)
+    out.DiscardUnknownFields()
+    return out
+
+
+def encode_registration(probe: service_pb.Probe) -> bytes:
+    return registration_of(probe).SerializeToString(deterministic=True)
+
+
+def decode_registration(probe_id: str, blob: object) -> service_pb.Probe:
+    """The probe stored in a row; ValueError (with the reason) when the row is not a valid registration of probe_id."""
+    if not isinstance(blob, bytes):
+        raise ValueError(f"registration is a {type(blob).__name__}, not a blob")
+    probe = service_pb.Probe()
+    try:
+        probe.ParseFromString(blob)
+    except DecodeError as exc:
+        raise ValueError(f"registration does not decode: {exc}") from None
+    # Protobuf decodes many random byte strings without complaint; the id check catches those.
+    if probe.probe_id != probe_id:
+        raise ValueError(f"registration is for probe {probe.probe_id!r}, not {probe_id!r}")
+    return registration_of(probe)
+
+
+def _tighten(path: Path) -> None:
+    try:
+        os.chmod(path, FILE_MODE)
+    except FileNotFoundError:
+        pass
+
+
+def _prepare_file(path: Path) -> None:
+    """Creates the database file 0600 before SQLite does (SQLite would use 0644 minus umask)."""
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    except FileExistsError:
+        created = False
+    else:
+        created = True
+        os.close(fd)
+    _tighten(path)  # umask may have removed bits we want, and an existing file may be wider
+    for suffix in SIDE_FILE_SUFFIXES:
+        _tighten(path.with_name(path.name + suffix))
+    if created:
+        # The new directory entry must be durable too, or a crash could lose the whole file.
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class ProbeStore:
+    """The acknowledged probes. `path` is the database file (conventionally STATE_DIR/probes.db)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.corrupt_rows: tuple[CorruptRow, ...] = ()  # what the last load_all() skipped
+        self._lock = threading.Lock()
+        _prepare_file(self.path)
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=5.0
+        )
+        try:
+            self._configure()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"cannot use {self.path} as the probe store: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> ProbeStore:
+        return cls(Path(state_dir) / DEFAULT_FILENAME)
+
+    # --- API ---------------------------------------------------------------------------
+
+    def save(self, probe: service_pb.Probe) -> None:
+        """Inserts or replaces the registration of probe.probe_id; durable when this returns."""
+        if not probe.probe_id:
+            raise ValueError("a probe without probe_id cannot be stored")
+        row = (probe.probe_id, probe.pod_sandbox_id, probe.container_id, int(probe.type), encode_registration(probe))
+        with self._lock:
+            self._connection().execute(_UPSERT, row)  # autocommit: its own fsynced transaction
+
+    def delete(self, probe_ids: Iterable[str]) -> None:
+        """Removes these probes (unknown ids are ignored) in one durable transaction."""
+        rows = [(probe_id,) for probe_id in probe_ids]
+        if not rows:
+            return
+        with self._lock, self._transaction() as conn:
+            conn.executemany("DELETE FROM probes WHERE probe_id = ?", rows)
+
+    def load_all(self) -> list[service_pb.Probe]:
+        """Every readable registration, ordered by sandbox, container, type. Skipped rows: `corrupt_rows`."""
+        probes: list[service_pb.Probe] = []
+        corrupt: list[CorruptRow] = []
+        with self._lock:
+            conn = self._connection()
+            for probe_id, blob in self._rows(conn, corrupt):
+                try:
+                    probes.append(decode_registration(probe_id, blob))
+                except ValueError as exc:
+                    corrupt.append(CorruptRow(probe_id, str(exc)))
+        for row in corrupt:
+            log.error("skipping unreadable probe in the store: %s", row.reason,
+                      extra={"probe_id": row.probe_id, "store": str(self.path)})
+        self.corrupt_rows = tuple(corrupt)
+        return probes
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> ProbeStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _rows(self, conn: sqlite3.Connection, corrupt: list[CorruptRow]) -> Iterator[tuple[str, object]]:
+        """(probe_id, blob) per row. Blobs are read one by one so that a damaged page loses only its own rows."""
+        listed: list[tuple[int, str]] = []
+        try:
+            ordered = "SELECT rowid, probe_id FROM probes ORDER BY pod_sandbox_id, container_id, type, probe_id"
+            for rowid, probe_id in conn.execute(ordered):
+                listed.append((rowid, probe_id))
+        except sqlite3.DatabaseError as exc:
+            corrupt.append(CorruptRow("", f"listing the probes stopped after {len(listed)} rows: {exc}"))
+        for rowid, probe_id in listed:
+            if not isinstance(probe_id, str) or not probe_id:
+                corrupt.append(CorruptRow(str(probe_id or ""), f"row {rowid} has no valid probe_id"))
+                continue
+            try:
+                found = conn.execute("SELECT registration FROM probes WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                corrupt.append(CorruptRow(probe_id, f"registration unreadable: {exc}"))
+                continue
+            if found is not None:
+                yield probe_id, found[0]
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"the probe store {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _configure(self) -> None:
+        conn = self._connection()
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{self.path}: SQLite refused WAL mode (journal_mode is {mode})")
+        # FULL: the WAL is fsynced at every commit. NORMAL would only fsync at checkpoints, and a power loss
+        # could then drop a probe RunProbe had acknowledged.
+        conn.execute("PRAGMA synchronous = FULL")
+
+    def _migrate(self) -> None:
+        with self._transaction() as conn:  # IMMEDIATE: a concurrent opener waits instead of migrating twice
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this shim's {SCHEMA_VERSION}: "
+                    "refusing to downgrade it"
+                )
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement)
+            if version != SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                log.info("probe store schema migrated", extra={"from_version": version, "to_version": SCHEMA_VERSION,
+                                                               "store": str(self.path)})

@@ -1,0 +1,270 @@
+"""Attempts as OpenTelemetry spans: one span per attempt, one child span per phase.
+
+The worker never loads a tracing SDK: it reports each attempt as data (wall-clock
+start, duration, phases as offsets from the start). This module, imported only
+by the daemon, replays that data as spans with explicit timestamps, so a span's
+times are the attempt's and not the moment the daemon heard about it.
+
+Exporters: "none" (spans still get real trace and span ids, which status shows),
+"console" (one JSON line per span) and "otlp" (OTLP/gRPC, an optional extra).
+A W3C `traceparent` from the API caller makes the attempt span its child.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Mapping
+from typing import IO
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode, format_span_id, format_trace_id
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.grpc_rules import CODE_NAMES
+from shim.config import ConfigError
+
+EXPORTERS = ("none", "console", "otlp")
+OTLP_EXTRA = "cri-probe-shim[otlp]"
+# Attribute values are kept short: the full output is in the probe's status.
+MAX_OUTPUT_ATTRIBUTE = 1024
+# A real attempt has a handful of phases (3 tries, 10 redirect hops at most); the
+# worker parses pod bytes, so what it reports is bounded before it becomes spans.
+MAX_PHASE_SPANS = 128
+
+_RESULT_NAMES = {
+    spec_pb.RESULT_SUCCESS: "success",
+    spec_pb.RESULT_WARNING: "warning",
+    spec_pb.RESULT_FAILURE: "failure",
+    spec_pb.RESULT_UNKNOWN: "unknown",
+}
+_FAILED = (spec_pb.RESULT_FAILURE, spec_pb.RESULT_UNKNOWN)
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class AttemptTracer:
+    """Turns finished attempts into spans and hands them to the configured exporter."""
+
+    def __init__(
+        self,
+        exporter: str = "none",
+        *,
+        service_name: str = "cri-probe-shim",
+        otlp_endpoint: str | None = None,
+        span_processor: SpanProcessor | None = None,
+        console_stream: IO[str] | None = None,
+    ) -> None:
+        if exporter not in EXPORTERS:
+            raise ConfigError(f"trace exporter: must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
+        # A private provider, not the global one, so tests can build as many as they
+        # like; no atexit hook, the daemon calls shutdown() itself, bounded.
+        self._provider = TracerProvider(
+            resource=Resource.create({"service.name": service_name}), shutdown_on_exit=False
+        )
+        span_exporter = _make_exporter(exporter, otlp_endpoint, console_stream)
+        if span_exporter is not None:
+            # Exports happen on the processor's thread: a slow collector or a full
+            # stderr pipe never stalls the daemon's event loop.
+            self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        if span_processor is not None:
+            self._provider.add_span_processor(span_processor)
+        self._tracer = self._provider.get_tracer("cri_probe_shim.attempts")
+
+    def record(
+        self,
+        attempt: spec_pb.Attempt,
+        *,
+        probe_id: str,
+        probe_type: int,
+        sandbox_id: str,
+        container_name: str,
+        pod_name: str = "",
+        pod_namespace: str = "",
+        pod_uid: str = "",
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        spec: spec_pb.ProbeSpec | None = None,
+    ) -> tuple[str, str]:
+        """Records one finished attempt; returns its span's (trace id, span id) in hex."""
+        kind = handler_kind(spec)
+        start = attempt.started_at_unix_ns
+        span = self._tracer.start_span(
+            span_name(probe_type, kind),
+            context=parent_context(traceparent, tracestate),
+            kind=SpanKind.CLIENT,
+            attributes=attempt_attributes(
+                attempt, probe_id=probe_id, probe_type=probe_type, kind=kind, sandbox_id=sandbox_id,
+                container_name=container_name, pod_name=pod_name, pod_namespace=pod_namespace, pod_uid=pod_uid,
+            ),
+            start_time=start,
+        )
+        if attempt.result in _FAILED:
+            span.set_status(Status(StatusCode.ERROR, truncate(attempt.output)))
+        inside = trace.set_span_in_context(span, Context())
+        budget = [MAX_PHASE_SPANS]
+        for phase in attempt.phases:
+            self._record_phase(phase, inside, start, budget)
+        span.end(end_time=start + max(attempt.duration_ns, 0))
+        ids = span.get_span_context()
+        return format_trace_id(ids.trace_id), format_span_id(ids.span_id)
+
+    def _record_phase(self, phase: spec_pb.Phase, parent: Context, attempt_start: int, budget: list[int]) -> None:
+        if budget[0] <= 0:
+            return
+        budget[0] -= 1
+        start = attempt_start + phase.start_offset_ns
+        attributes = {"probe.phase.detail": phase.detail} if phase.detail else None
+        span = self._tracer.start_span(phase.name or "phase", context=parent, attributes=attributes, start_time=start)
+        if phase.error:
+            span.set_status(Status(StatusCode.ERROR, phase.error))
+        inside = trace.set_span_in_context(span, Context())
+        for child in phase.children:
+            self._record_phase(child, inside, attempt_start, budget)
+        span.end(end_time=start + max(phase.duration_ns, 0))
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Exports what is queued, then stops the exporters (once, at daemon exit).
+
+        Bounded: an unreachable OTLP collector makes the SDK retry for many
+        seconds, and a stopping daemon must not wait on it. Returns False when
+        the exporters had not finished after timeout_s (their spans are lost).
+        Blocking: from the event loop, run it with asyncio.to_thread.
+        """
+        stopper = threading.Thread(target=self._provider.shutdown, name="otel-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(timeout_s)
+        return not stopper.is_alive()
+
+
+def _make_exporter(exporter: str, otlp_endpoint: str | None, console_stream: IO[str] | None) -> SpanExporter | None:
+    if exporter == "console":
+        return ConsoleSpanExporter(out=console_stream or sys.stderr, formatter=_one_line)
+    if exporter == "otlp":
+        return _otlp_exporter(otlp_endpoint)
+    return None
+
+
+def _one_line(span) -> str:
+    return span.to_json(indent=None) + "\n"
+
+
+def _otlp_exporter(endpoint: str | None) -> SpanExporter:
+    # Imported here on purpose: OTLP is an optional extra, and only a daemon
+    # configured for it should need the package.
+    try:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise ConfigError(
+            f"trace exporter 'otlp' needs the OTLP exporter package: pip install '{OTLP_EXTRA}' "
+            f"(opentelemetry-exporter-otlp-proto-grpc) ({exc})"
+        ) from None
+    # None leaves the package's defaults: OTEL_EXPORTER_OTLP_* variables, else localhost:4317.
+    return OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
+
+
+# ----------------------------------------------------------------- pure helpers
+
+
+def parent_context(traceparent: str | None, tracestate: str | None = None) -> Context:
+    """The caller's span as parent, or an empty context (a new trace).
+
+    Never the ambient current context: an attempt's parent is only ever what the
+    API caller sent. A malformed traceparent starts a new trace, as W3C Trace
+    Context asks of a receiver that cannot parse the header.
+    """
+    if not traceparent:
+        return Context()
+    carrier: Mapping[str, str] = {"traceparent": traceparent}
+    if tracestate:
+        carrier = {**carrier, "tracestate": tracestate}
+    return _PROPAGATOR.extract(carrier, context=Context())
+
+
+def handler_kind(spec: spec_pb.ProbeSpec | None) -> str:
+    if spec is None:
+        return ""
+    for kind, field in (("http", "http_get"), ("tcp", "tcp_socket"), ("grpc", "grpc")):
+        if spec.HasField(field):
+            return kind
+    return ""
+
+
+def type_name(probe_type: int) -> str:
+    try:
+        return spec_pb.ProbeType.Name(probe_type).lower()
+    except ValueError:
+        return str(probe_type)
+
+
+def span_name(probe_type: int, kind: str) -> str:
+    return " ".join(part for part in ("probe", type_name(probe_type), kind) if part)
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """ "ip:port" or "[v6]:port" (Go's JoinHostPort) -> (ip, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def grpc_status_attributes(grpc_status: str) -> dict[str, str | int]:
+    """Attempt.grpc_status holds either a grpc-go code name ("Unavailable",
+    "Code(17)") when the Check call failed, or a serving status ("SERVING",
+    "NOT_SERVING", ...) when it returned; the spellings never overlap."""
+    if not grpc_status:
+        return {}
+    attributes: dict[str, str | int] = {"probe.grpc.status": grpc_status}
+    if grpc_status in CODE_NAMES:
+        attributes["rpc.grpc.status_code"] = CODE_NAMES.index(grpc_status)
+    elif grpc_status.startswith("Code(") and grpc_status[5:-1].isdigit():
+        attributes["rpc.grpc.status_code"] = int(grpc_status[5:-1])
+    else:
+        attributes["rpc.grpc.status_code"] = 0  # the call succeeded; the service answered
+        attributes["probe.grpc.serving_status"] = grpc_status
+    return attributes
+
+
+def truncate(text: str, limit: int = MAX_OUTPUT_ATTRIBUTE) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def attempt_attributes(
+    attempt: spec_pb.Attempt,
+    *,
+    probe_id: str,
+    probe_type: int,
+    kind: str,
+    sandbox_id: str,
+    container_name: str,
+    pod_name: str,
+    pod_namespace: str,
+    pod_uid: str,
+) -> dict[str, str | int]:
+    attributes: dict[str, str | int] = {
+        "probe.id": probe_id,
+        "probe.type": type_name(probe_type),
+        "probe.result": _RESULT_NAMES.get(attempt.result, str(attempt.result)),
+        "cri.pod_sandbox.id": sandbox_id,
+    }
+    optional = {
+        "probe.kind": kind,
+        "k8s.pod.name": pod_name,
+        "k8s.namespace.name": pod_namespace,
+        "k8s.pod.uid": pod_uid,
+        "k8s.container.name": container_name,
+        "probe.output": truncate(attempt.output),
+    }
+    attributes.update({key: value for key, value in optional.items() if value})
+    peer = split_address(attempt.address)
+    if peer is not None:
+        attributes["network.peer.address"], attributes["network.peer.port"] = peer
+    if attempt.http_status_code:
+        attributes["http.response.status_code"] = attempt.http_status_code
+    attributes.update(grpc_status_attributes(attempt.grpc_status))
+    return attributes

@@ -1,0 +1,71 @@
+"""A real probe-shim daemon process for end-to-end tests, in a private directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cri_proto import probe_service_pb2_grpc as service_grpc
+from tests.netns_env import REPO_ROOT
+
+START_TIMEOUT_S = 20
+
+
+@dataclass
+class DaemonProcess:
+    workdir: Path
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    channel: grpc.Channel | None = None
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.workdir / "shim.sock")
+
+    @property
+    def state_dir(self) -> str:
+        return str(self.workdir / "state")
+
+    def start(self) -> "DaemonProcess":
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        self.log = open(self.workdir / "daemon.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shim.cli", "serve", "--runtime-endpoint", "none",
+             "--listen", f"unix://{self.socket_path}", "--state-dir", self.state_dir,
+             "--metrics-listen", "", *self.extra_args],
+            cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        self.channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+        # wait_for_ready: the call waits (bounded) for the socket instead of failing fast.
+        health = health_pb2_grpc.HealthStub(self.channel)
+        answer = health.Check(health_pb2.HealthCheckRequest(), timeout=START_TIMEOUT_S, wait_for_ready=True)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        return self
+
+    @property
+    def stub(self) -> service_grpc.ProbeServiceStub:
+        return service_grpc.ProbeServiceStub(self.channel)
+
+    def logs(self) -> str:
+        return (self.workdir / "daemon.log").read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode

@@ -1,0 +1,240 @@
+"""The daemon end to end: a real `probe-shim serve --runtime-endpoint none`, real netns, real servers.
+
+Every wait is on something the daemon sends (a watch event, a status answer), bounded by
+a deadline; nothing sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import grpc
+import psutil
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from tests.daemon_env import DaemonProcess
+from tests.netns_env import listen
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = DaemonProcess(tmp_path).start()
+    yield d
+    d.stop()
+
+
+def tcp_spec(port, **kw):
+    kw.setdefault("period_ms", 100)
+    kw.setdefault("timeout_ms", 500)
+    return spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)), **kw)
+
+
+def run(daemon, ns, spec, probe_type=spec_pb.READINESS, container="app", **kw):
+    req = service_pb.RunProbeRequest(pod_sandbox_id=ns.name, container_name=container, type=probe_type, spec=spec, **kw)
+    return daemon.stub.RunProbe(req, timeout=10).probe_id
+
+
+def wait_for(daemon, predicate, probe_id=None, timeout=15, every_attempt=True, request=None):
+    """Watches until predicate(probe) holds for an event's probe; returns that probe."""
+    req = request or service_pb.WatchProbeStatusRequest(
+        filter=service_pb.ProbeFilter(probe_id=probe_id or ""), every_attempt=every_attempt)
+    stream = daemon.stub.WatchProbeStatus(req, timeout=timeout)
+    try:
+        for event in stream:
+            if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED, service_pb.ATTEMPT) and predicate(event.probe):
+                return event.probe
+    finally:
+        stream.cancel()
+    raise AssertionError("the watch ended before the condition held")
+
+
+def status(daemon, **filter_fields):
+    return daemon.stub.ProbeStatus(
+        service_pb.ProbeStatusRequest(filter=service_pb.ProbeFilter(**filter_fields)), timeout=5)
+
+
+def worker_processes(daemon_pid):
+    return [p for p in psutil.Process(daemon_pid).children(recursive=True)]
+
+
+# --- serving --------------------------------------------------------------------------
+
+def test_health_reflection_and_version(daemon):
+    reflection = reflection_pb2_grpc.ServerReflectionStub(daemon.channel)
+    answer = next(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+    names = {s.name for s in answer.list_services_response.service}
+    assert {"runtime.probe.v1alpha1.ProbeService", "grpc.health.v1.Health"} <= names
+    version = daemon.stub.ShimVersion(service_pb.ShimVersionRequest(), timeout=5)
+    assert version.api_version == "v1alpha1" and version.runtime_endpoint == "none" and len(version.instance_id) == 32
+    assert oct(os.stat(daemon.socket_path).st_mode & 0o777) == "0o660"
+
+
+def test_register_probe_status_and_replace(daemon, pod_netns):
+    server = listen(pod_netns)
+    probe_id = run(daemon, pod_netns, tcp_spec(server.port))
+    ready = wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS, probe_id)
+    assert ready.worker.state == service_pb.WORKER_RUNNING and ready.worker.pid > 0
+    assert ready.worker.netns_inode == os.stat(pod_netns.path).st_ino
+    assert ready.last_attempt.result == spec_pb.RESULT_SUCCESS and len(ready.last_trace_id) == 32
+    assert ready.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
+    # Same sandbox, container and type: same id, new spec.
+    again = run(daemon, pod_netns, tcp_spec(server.port, period_ms=200))
+    assert again == probe_id
+    (probe,) = status(daemon, pod_sandbox_id=pod_netns.name).probes
+    assert probe.spec.period_ms == 200 and probe.totals.success >= 1
+
+
+def test_invalid_specs_and_unknown_sandbox(daemon, pod_netns):
+    bad = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(port=spec_pb.PortRef(number=0)), success_threshold=3)
+    with pytest.raises(grpc.RpcError) as err:
+        run(daemon, pod_netns, bad, probe_type=spec_pb.LIVENESS)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.http_get.port: Invalid value: 0" in err.value.details()
+    assert "spec.success_threshold: Invalid value: 3: must be 1" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.RunProbe(service_pb.RunProbeRequest(pod_sandbox_id="cps-no-such-netns", container_name="a",
+                                                        type=spec_pb.READINESS, spec=tcp_spec(80)), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_host_field_is_refused_by_default(daemon, pod_netns):
+    spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=80), host="169.254.169.254"))
+    with pytest.raises(grpc.RpcError) as err:
+        run(daemon, pod_netns, spec)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.tcp_socket.host: Forbidden" in err.value.details() and "SSRF" in err.value.details()
+
+
+def test_stop_is_idempotent_and_removes_the_worker(daemon, pod_netns):
+    server = listen(pod_netns)
+    probe_id = run(daemon, pod_netns, tcp_spec(server.port))
+    wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    stopped = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=probe_id), timeout=5)
+    assert list(stopped.stopped_probe_ids) == [probe_id]
+    again = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=probe_id), timeout=5)
+    assert list(again.stopped_probe_ids) == []
+    assert status(daemon).probes == []
+    sandboxes = daemon.stub.ListProbeSandboxes(service_pb.ListProbeSandboxesRequest(), timeout=5).sandboxes
+    mine = [s for s in sandboxes if s.id == pod_netns.name]
+    assert mine and mine[0].probes == 0 and mine[0].worker.state == service_pb.WORKER_NONE
+
+
+def test_exec_probe_runs_once_and_traces(daemon, pod_netns):
+    server = listen(pod_netns, host="127.0.0.1")
+    request = service_pb.ExecProbeRequest(pod_sandbox_id=pod_netns.name, spec=tcp_spec(server.port, target=spec_pb.LOOPBACK))
+    parent_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    answer = daemon.stub.ExecProbe(request, timeout=10,
+                                   metadata=[("traceparent", f"00-{parent_trace}-00f067aa0ba902b7-01")])
+    assert answer.attempt.result == spec_pb.RESULT_SUCCESS
+    assert answer.attempt.address == f"127.0.0.1:{server.port}"
+    assert answer.trace_id == parent_trace and len(answer.span_id) == 16
+
+
+# --- watch ------------------------------------------------------------------------------
+
+def test_watch_snapshot_then_changes_and_resume(daemon, pod_netns):
+    server = listen(pod_netns)
+    first = run(daemon, pod_netns, tcp_spec(server.port), container="a")
+    wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS, first)
+
+    stream = daemon.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(), timeout=15)
+    events = iter(stream)
+    snapshot = next(events)
+    assert snapshot.type == service_pb.SNAPSHOT and snapshot.probe.probe_id == first
+    complete = next(events)
+    assert complete.type == service_pb.SNAPSHOT_COMPLETE
+    instance, last_revision = complete.instance_id, complete.revision
+    stream.cancel()
+
+    second = run(daemon, pod_netns, tcp_spec(server.port), container="b")
+    daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=first), timeout=5)
+    resumed = daemon.stub.WatchProbeStatus(
+        service_pb.WatchProbeStatusRequest(instance_id=instance, since_revision=last_revision), timeout=15)
+    seen = []
+    for event in resumed:
+        assert event.type in (service_pb.UPDATED, service_pb.REMOVED), "a resumed watch sends no snapshot"
+        assert event.revision > last_revision
+        seen.append((event.type, event.probe.probe_id))
+        if (service_pb.REMOVED, first) in seen:
+            break
+    resumed.cancel()
+    assert (service_pb.UPDATED, second) in seen
+
+    other = daemon.stub.WatchProbeStatus(
+        service_pb.WatchProbeStatusRequest(instance_id="another-daemon", since_revision=last_revision), timeout=15)
+    assert next(iter(other)).type == service_pb.SNAPSHOT
+    other.cancel()
+
+
+# --- failures ---------------------------------------------------------------------------
+
+def test_worker_killed_is_restarted_and_probing_resumes(daemon, pod_netns):
+    server = listen(pod_netns)
+    probe_id = run(daemon, pod_netns, tcp_spec(server.port))
+    running = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING and p.last_attempt.result, probe_id)
+    os.kill(running.worker.pid, signal.SIGKILL)
+    restarted = wait_for(daemon, lambda p: p.worker.restarts == 1 and p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    assert restarted.worker.pid != running.worker.pid
+    assert "signal 9" in restarted.worker.last_error or "exited" in restarted.worker.last_error
+    total = restarted.totals.success
+    wait_for(daemon, lambda p: p.totals.success > total, probe_id)
+
+
+def test_daemon_restart_restores_every_acknowledged_probe(tmp_path, pod_netns):
+    server = listen(pod_netns)
+    d = DaemonProcess(tmp_path).start()
+    try:
+        probe_id = run(d, pod_netns, tcp_spec(server.port))
+        old_instance = status(d).instance_id
+        d.proc.kill()  # a crash, not a clean stop
+        d.proc.wait()
+        d.log.close()
+        d2 = DaemonProcess(tmp_path).start()
+        try:
+            restored = status(d2)
+            assert restored.instance_id != old_instance
+            assert [p.probe_id for p in restored.probes] == [probe_id]
+            wait_for(d2, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        finally:
+            d2.stop()
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+
+
+def test_removed_sandbox_drops_its_probes(tmp_path, pod_netns):
+    d = DaemonProcess(tmp_path, ["--reconcile-interval", "0.2"]).start()
+    try:
+        server = listen(pod_netns)
+        probe_id = run(d, pod_netns, tcp_spec(server.port))
+        wait_for(d, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+        server.stop()
+        os.system(f"ip netns del {pod_netns.name}")
+        stream = d.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(), timeout=15)
+        for event in stream:
+            if event.type == service_pb.REMOVED and event.probe.probe_id == probe_id:
+                break
+        stream.cancel()
+        assert status(d).probes == []
+    finally:
+        d.stop()
+
+
+def test_sigterm_stops_cleanly(tmp_path, pod_netns):
+    d = DaemonProcess(tmp_path).start()
+    server = listen(pod_netns)
+    probe_id = run(d, pod_netns, tcp_spec(server.port))
+    wait_for(d, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    children = worker_processes(d.proc.pid)
+    assert children, "the zygote and the worker are the daemon's descendants"
+    assert d.stop(signal.SIGTERM) == 0
+    assert not os.path.exists(d.socket_path)
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == []

@@ -1,0 +1,260 @@
+"""shim/metrics.py: the kubelet's prober metrics, the shim's own, and the /metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from shim.config import ConfigError
+from shim.metrics import GO_DEFAULT_BUCKETS, ShimMetrics, parse_listen
+
+POD = dict(container="web", pod="web-0", namespace="shop", pod_uid="uid-1")
+
+
+def families(metrics: ShimMetrics) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+
+
+def samples(metrics: ShimMetrics, name: str) -> dict[tuple, float]:
+    """{sorted label items: value} of the samples called `name`."""
+    out = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            if sample.name == name:
+                out[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def total_labels(probe_type: str, result: str, **pod) -> tuple:
+    return tuple(sorted({"probe_type": probe_type, "result": result, **POD, **pod}.items()))
+
+
+def test_each_result_counts_under_the_kubelets_label_values():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.02, **POD)
+    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_FAILURE, 1.0, **POD)
+    m.observe_attempt(spec_pb.STARTUP, spec_pb.RESULT_UNKNOWN, 0.0, **POD)
+    assert samples(m, "prober_probe_total") == {
+        total_labels("Readiness", "successful"): 2.0,
+        total_labels("Liveness", "failed"): 1.0,
+        total_labels("Startup", "unknown"): 1.0,
+    }
+
+
+def test_a_warning_counts_as_successful():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_WARNING, 0.01, **POD)
+    assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful"): 1.0}
+
+
+def test_histogram_observes_successes_and_unknowns_but_not_failures_like_worker_go():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.003, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_WARNING, 0.2, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_FAILURE, 7.0, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_UNKNOWN, 0.0, **POD)
+    labels = tuple(sorted({"probe_type": "Readiness", "container": "web", "pod": "web-0", "namespace": "shop"}.items()))
+    assert samples(m, "prober_probe_duration_seconds_count") == {labels: 3.0}
+    assert samples(m, "prober_probe_duration_seconds_sum")[labels] == pytest.approx(0.203)
+    buckets = {dict(k)["le"]: v for k, v in samples(m, "prober_probe_duration_seconds_bucket").items()}
+    assert buckets["0.005"] == 2.0 and buckets["0.25"] == 3.0 and buckets["+Inf"] == 3.0
+    # Go's prometheus.DefBuckets, not prometheus_client's defaults; no pod_uid label.
+    assert sorted(float(le) for le in buckets) == [*GO_DEFAULT_BUCKETS, float("inf")]
+    assert all("pod_uid" not in dict(k) for k in samples(m, "prober_probe_duration_seconds_bucket"))
+
+
+def test_exposition_matches_the_kubelets_shape():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    text = m.render().decode()
+    assert "# TYPE prober_probe_total counter" in text
+    assert "# HELP prober_probe_total [ALPHA] Cumulative number of a liveness, readiness or startup probe" in text
+    assert "# TYPE prober_probe_duration_seconds histogram" in text
+    assert "_created" not in text  # the kubelet's Go client does not expose them
+    fams = families(m)
+    assert fams["prober_probe"].type == "counter"
+    assert fams["prober_probe_duration_seconds"].type == "histogram"
+
+
+def test_shim_metrics():
+    m = ShimMetrics()
+    m.set_workers(3)
+    m.set_watchers(2)
+    m.set_probes(7)
+    m.inc_worker_restarts()
+    m.inc_worker_restarts()
+    assert samples(m, "probe_shim_workers") == {(): 3.0}
+    assert samples(m, "probe_shim_watch_subscribers") == {(): 2.0}
+    assert samples(m, "probe_shim_probes") == {(): 7.0}
+    assert samples(m, "probe_shim_worker_restarts_total") == {(): 2.0}
+    m.set_workers(0)
+    assert samples(m, "probe_shim_workers") == {(): 0.0}
+
+
+def test_forget_probe_removes_its_series_and_keeps_the_others():
+    m = ShimMetrics()
+    other = dict(POD, container="sidecar")
+    for result in (spec_pb.RESULT_SUCCESS, spec_pb.RESULT_FAILURE, spec_pb.RESULT_UNKNOWN):
+        m.observe_attempt(spec_pb.READINESS, result, 0.01, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **other)
+    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.forget_probe(spec_pb.READINESS, **POD)
+    assert samples(m, "prober_probe_total") == {
+        total_labels("Readiness", "successful", container="sidecar"): 1.0,
+        total_labels("Liveness", "successful"): 1.0,
+    }
+    assert {dict(k)["container"] + "/" + dict(k)["probe_type"]
+            for k in samples(m, "prober_probe_duration_seconds_count")} == {"sidecar/Readiness", "web/Liveness"}
+    m.forget_probe(spec_pb.STARTUP, **POD)  # never observed: nothing to do, no error
+
+
+def test_metrics_use_a_private_registry():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    assert REGISTRY.get_sample_value("prober_probe_total", {**POD, "probe_type": "Readiness",
+                                                             "result": "successful"}) is None
+    ShimMetrics()  # a second instance does not collide with the first
+
+
+def test_render_for_openmetrics_when_asked():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    body, content_type = m.render_for("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n") and b"_created" not in body
+    body, content_type = m.render_for("")
+    assert content_type.startswith("text/plain") and body == m.render()
+
+
+@pytest.mark.parametrize("listen, expected", [
+    ("127.0.0.1:9555", ("127.0.0.1", 9555)),
+    ("[::1]:0", ("::1", 0)),
+    ("localhost:9555", ("localhost", 9555)),
+    ("0.0.0.0:9555", ("0.0.0.0", 9555)),
+])
+def test_parse_listen(listen, expected):
+    assert parse_listen(listen) == expected
+
+
+@pytest.mark.parametrize("listen", [":9555", "9555", "::1:9555", "127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1"])
+def test_parse_listen_rejects_what_does_not_say_where_to_bind(listen):
+    with pytest.raises(ConfigError):
+        parse_listen(listen)
+
+
+def test_empty_listen_serves_nothing():
+    assert asyncio.run(ShimMetrics().serve("")) is None
+
+
+async def http_exchange(port: int, request: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """Sends raw bytes, reads to EOF (the server closes), splits status line, headers and body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(b":", 1) for line in lines)}
+    return status, headers, body
+
+
+def get(path: str, *extra: str) -> bytes:
+    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: 127.0.0.1", *extra]) + "\r\n\r\n").encode()
+
+
+def test_http_endpoint_serves_metrics_on_loopback_and_404_elsewhere():
+    async def main():
+        m = ShimMetrics()
+        m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+        server = await m.serve("127.0.0.1:0")
+        try:
+            ((host, port),) = server.addresses
+            assert host == "127.0.0.1" and port > 0
+            status, headers, body = await http_exchange(port, get("/metrics"))
+            assert status == b"HTTP/1.1 200 "
+            assert headers[b"content-type"].startswith(b"text/plain; version=0.0.4")
+            assert int(headers[b"content-length"]) == len(body)
+            fams = {f.name for f in text_string_to_metric_families(body.decode())}
+            assert {"prober_probe", "prober_probe_duration_seconds", "probe_shim_workers"} <= fams
+            status, _, body = await http_exchange(port, get("/metrics?name[]=x"))
+            assert status == b"HTTP/1.1 200 " and b"prober_probe_total{" in body
+            for path in ("/", "/metricsx", "/favicon.ico", "/debug"):
+                status, _, _ = await http_exchange(port, get(path))
+                assert status == b"HTTP/1.1 404 ", path
+            status, headers, _ = await http_exchange(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            assert status == b"HTTP/1.1 405 " and headers[b"allow"] == b"GET"
+            status, _, _ = await http_exchange(port, b"this is not http\r\n\r\n")
+            assert status == b"HTTP/1.1 400 "
+        finally:
+            server.close()
+            await server.wait_closed()
+    asyncio.run(main())
+
+
+def test_http_endpoint_gzips_when_the_scraper_accepts_it():
+    async def main():
+        m = ShimMetrics()
+        m.set_probes(4)
+        server = await m.serve("127.0.0.1:0")
+        try:
+            port = server.addresses[0][1]
+            status, headers, body = await http_exchange(port, get("/metrics", "Accept-Encoding: gzip"))
+            assert status == b"HTTP/1.1 200 " and headers[b"content-encoding"] == b"gzip"
+            assert b"probe_shim_probes 4.0" in gzip.decompress(body)
+        finally:
+            server.close()
+            await server.wait_closed()
+    asyncio.run(main())
+
+
+def test_http_endpoint_binds_only_where_told():
+    async def main():
+        server = await ShimMetrics().serve("127.0.0.1:0")
+        try:
+            assert {host for host, _ in server.addresses} == {"127.0.0.1"}
+            port = server.addresses[0][1]
+            # Another loopback address of this host: nothing listens there.
+            with pytest.raises(ConnectionRefusedError):
+                await asyncio.open_connection("127.0.0.2", port)
+        finally:
+            server.close()
+            await server.wait_closed()
+    asyncio.run(main())
+
+
+def test_an_oversized_request_head_is_refused_not_buffered():
+    async def main():
+        server = await ShimMetrics().serve("127.0.0.1:0")
+        try:
+            port = server.addresses[0][1]
+            huge = get("/metrics", "X-Filler: " + "a" * 64 * 1024)
+            status, _, _ = await http_exchange(port, huge)
+            assert status == b"HTTP/1.1 431 "
+        finally:
+            server.close()
+            await server.wait_closed()
+    asyncio.run(main())
+
+
+def test_close_ends_a_connection_that_never_sends_a_request():
+    async def main():
+        server = await ShimMetrics().serve("127.0.0.1:0")
+        port = server.addresses[0][1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metr")  # an incomplete head, then silence
+        await writer.drain()
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), timeout=10)
+        try:  # closed without an answer: EOF, or a reset since the server left bytes unread
+            assert await asyncio.wait_for(reader.read(), timeout=10) == b""
+        except ConnectionResetError:
+            pass
+        writer.close()
+    asyncio.run(main())

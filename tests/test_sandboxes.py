@@ -1,0 +1,73 @@
+"""Sandbox resolution: parsing the runtime's verbose status, and the embedded netns mode."""
+
+import asyncio
+import json
+
+import pytest
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from shim.sandboxes import NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status
+
+NETNS = "/run/containerd-test/io.containerd.grpc.v1.cri/netns/cni-1234"
+
+
+def status_response(info: dict | None, ip="10.244.77.5", extra_ips=("fd00::5",), state=cri_pb.SANDBOX_READY):
+    status = cri_pb.PodSandboxStatus(
+        id="abc123", state=state, created_at=42,
+        metadata=cri_pb.PodSandboxMetadata(name="web-0", namespace="shop", uid="uid-1"),
+        network=cri_pb.PodSandboxNetworkStatus(ip=ip, additional_ips=[cri_pb.PodIP(ip=i) for i in extra_ips]),
+    )
+    return cri_pb.PodSandboxStatusResponse(status=status, info={"info": json.dumps(info)} if info is not None else {})
+
+
+def containerd_info(path=NETNS, pid=4321):
+    namespaces = [{"type": "pid"}, {"type": "network", "path": path}] if path else [{"type": "pid"}]
+    return {"pid": pid, "runtimeSpec": {"linux": {"namespaces": namespaces}},
+            "sandboxMetadata": {"Metadata": {"NetNSPath": path}}}
+
+
+def test_containerd_verbose_status_gives_netns_ips_and_identity():
+    sandbox = sandbox_from_status(status_response(containerd_info()))
+    assert sandbox.netns_path == NETNS
+    assert sandbox.pod_ips == ("10.244.77.5", "fd00::5")
+    assert (sandbox.name, sandbox.namespace, sandbox.uid, sandbox.pid) == ("web-0", "shop", "uid-1", 4321)
+    assert sandbox.ready and sandbox.created_at == 42
+
+
+def test_metadata_path_is_the_fallback():
+    info = containerd_info()
+    info["runtimeSpec"]["linux"]["namespaces"] = []
+    assert sandbox_from_status(status_response(info)).netns_path == NETNS
+
+
+def test_host_network_pod_uses_the_sandbox_process_namespace():
+    sandbox = sandbox_from_status(status_response(containerd_info(path=""), ip=""))
+    assert sandbox.netns_path == "/proc/4321/ns/net" and sandbox.pod_ips == ("fd00::5",)
+
+
+def test_not_ready_and_missing_info():
+    assert not sandbox_from_status(status_response(containerd_info(), state=cri_pb.SANDBOX_NOTREADY)).ready
+    assert sandbox_from_status(status_response(None)).netns_path == ""
+    broken = status_response(None)
+    broken.info["info"] = "{not json"
+    assert sandbox_from_status(broken).netns_path == ""
+
+
+def test_verbose_status_decodes_fields_this_subset_leaves_out():
+    # containers_statuses (field 3) is not declared in the subset: a full answer still decodes.
+    full = status_response(containerd_info()).SerializeToString() + b"\x1a\x04\x0a\x02c1"
+    decoded = cri_pb.PodSandboxStatusResponse.FromString(full)
+    assert sandbox_from_status(decoded).netns_path == NETNS and decoded.status.id == "abc123"
+
+
+def test_embedded_mode_maps_names_and_refuses_escapes():
+    assert netns_path_for("pod-a") == f"{NETNS_DIR}/pod-a"
+    assert netns_path_for("/proc/1/ns/net") == "/proc/1/ns/net"
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(SandboxNotFound):
+            netns_path_for(bad)
+
+
+def test_embedded_mode_unknown_netns_is_not_found():
+    with pytest.raises(SandboxNotFound, match="no network namespace at /var/run/netns/cps-nope"):
+        asyncio.run(NetnsSandboxes().resolve("cps-nope"))

@@ -1,0 +1,393 @@
+"""The worker supervisor with real workers forked by a real zygote into real netns.
+
+Crashes (kill -9), hangs (SIGSTOP), a dead zygote and a missing netns are caused for
+real; the tests wait for the supervisor's own reports (on_worker / on_event), each
+wait bounded, never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+
+import psutil
+import pytest
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probe_worker_pb2 as worker_pb
+from shim.supervisor import Backoff, SandboxTarget, WorkerRejected, WorkerSupervisor, WorkerUnavailable
+from shim.zygote import WorkerExit, Zygote
+from tests.netns_env import listen
+
+WAIT_S = 15
+RUNNING, BACKOFF, FAILED, NONE = (service_pb.WORKER_RUNNING, service_pb.WORKER_BACKOFF,
+                                  service_pb.WORKER_FAILED, service_pb.WORKER_NONE)
+
+
+# --- pure -------------------------------------------------------------------------------
+
+def test_backoff_doubles_up_to_the_max_and_resets_after_a_long_life():
+    backoff = Backoff(initial_s=0.2, max_s=1.0, reset_after_s=60)
+    assert [backoff.next_delay(lived_s=0.1) for _ in range(5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff.next_delay(lived_s=60) == 0.2
+    assert backoff.next_delay(lived_s=1) == 0.4
+
+
+def test_invalid_probe_is_rejected_before_any_worker():
+    async def main():
+        supervisor = WorkerSupervisor(Zygote.start, lambda *_: None, lambda *_: None)
+        reg = worker_pb.ProbeRegistration(probe_id="p", type=spec_pb.READINESS, spec=spec_pb.ProbeSpec(
+            tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=0))))
+        with pytest.raises(WorkerRejected) as err:
+            await supervisor.add_probe("nowhere", reg)
+        assert err.value.errors[0].startswith("spec.tcp_socket.port: Invalid value: 0")
+        assert supervisor.zygote is None  # nothing was started for it
+        await supervisor.close()
+
+    asyncio.run(main())
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def tcp_reg(probe_id: str, port: int, period_ms: int = 50) -> worker_pb.ProbeRegistration:
+    return worker_pb.ProbeRegistration(
+        probe_id=probe_id, type=spec_pb.READINESS, start_now=True,
+        container=worker_pb.ContainerRef(id="c1", name="app"),
+        spec=spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)),
+                               period_ms=period_ms, timeout_ms=500),
+    )
+
+
+class Recorder:
+    """Collects the supervisor's callbacks; tests await the ones they expect."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, asyncio.Queue[worker_pb.WorkerEvent]] = {}
+        self.history: list[tuple[str, service_pb.WorkerStatus]] = []
+        self.exits: list[WorkerExit] = []
+        self._changed = asyncio.Event()
+
+    def on_event(self, sandbox_id: str, event: worker_pb.WorkerEvent) -> None:
+        self.events.setdefault(sandbox_id, asyncio.Queue()).put_nowait(event)
+
+    def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
+        self.history.append((sandbox_id, status))
+        self._changed.set()
+
+    def mark(self) -> int:
+        return len(self.history)
+
+    async def status(self, sandbox_id: str, pred: Callable[[service_pb.WorkerStatus], bool],
+                     since: int = 0) -> service_pb.WorkerStatus:
+        """The first status of the sandbox reported at or after `since` that satisfies pred."""
+        async def wait():
+            seen = since
+            while True:
+                for sid, status in self.history[seen:]:
+                    if sid == sandbox_id and pred(status):
+                        return status
+                seen = len(self.history)
+                self._changed.clear()
+                await self._changed.wait()
+        return await asyncio.wait_for(wait(), WAIT_S)
+
+    async def attempt(self, sandbox_id: str, probe_id: str, result: int | None = None) -> worker_pb.AttemptReport:
+        queue = self.events.setdefault(sandbox_id, asyncio.Queue())
+
+        async def wait():
+            while True:
+                event = await queue.get()
+                if event.WhichOneof("msg") == "attempt" and event.attempt.probe_id == probe_id \
+                        and (result is None or event.attempt.attempt.result == result):
+                    return event.attempt
+        return await asyncio.wait_for(wait(), WAIT_S)
+
+    def drain_events(self) -> None:
+        for queue in self.events.values():
+            while not queue.empty():
+                queue.get_nowait()
+
+
+def make_supervisor(rec: Recorder, **options) -> WorkerSupervisor:
+    options.setdefault("backoff_initial_s", 0.05)
+    options.setdefault("heartbeat_interval_ms", 100)
+
+    async def factory() -> Zygote:
+        return await Zygote.start(on_exit=rec.exits.append)
+
+    return WorkerSupervisor(factory, rec.on_event, rec.on_worker, **options)
+
+
+def target(ns, sandbox_id: str = "sb1") -> SandboxTarget:
+    return SandboxTarget(sandbox_id=sandbox_id, netns_path=ns.path, pod_ips=ns.pod_ips)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --- lifecycle ------------------------------------------------------------------------------------
+
+@pytest.mark.netns
+def test_worker_spawned_through_the_zygote_probes_inside_the_netns(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            await supervisor.start()
+            status = await supervisor.ensure(target(pod_netns))
+            assert status.state == RUNNING and status.restarts == 0
+            assert status.netns_path == pod_netns.path
+            assert status.netns_inode == os.stat(pod_netns.path).st_ino
+            assert psutil.Process(status.pid).ppid() == supervisor.zygote.pid
+            assert supervisor.sandbox_ids() == ["sb1"]
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
+            report = await rec.attempt("sb1", "p1")
+            assert report.attempt.result == spec_pb.RESULT_SUCCESS
+            assert report.attempt.address == f"{pod_netns.ipv4}:{server.port}"
+            # Events arrive in the worker's order: the "registered" state change first.
+            assert [s.state for _, s in rec.history] == [service_pb.WORKER_STARTING, RUNNING]
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_rejected_probe_is_not_kept(pod_netns):
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            await supervisor.ensure(target(pod_netns))
+            bad = tcp_reg("p1", 80)
+            bad.spec.period_ms = -1
+            with pytest.raises(WorkerRejected, match="period"):
+                await supervisor.add_probe("sb1", bad)
+            with pytest.raises(WorkerRejected):
+                await supervisor.run_once(target(pod_netns), bad, timeout_s=5)
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_killed_worker_is_restarted_with_its_probes(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec, backoff_initial_s=1.0)
+        try:
+            await supervisor.ensure(target(pod_netns))
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
+            await rec.attempt("sb1", "p1")
+            old_pid = supervisor.status("sb1").pid
+            mark = rec.mark()
+            os.kill(old_pid, signal.SIGKILL)
+            backoff = await rec.status("sb1", lambda s: s.state == BACKOFF, mark)
+            assert backoff.last_error == "exited with signal 9 (SIGKILL)"
+            assert backoff.restarts == 1 and backoff.pid == 0
+            # Registered during the backoff: the new worker gets it with the old one.
+            await supervisor.add_probe("sb1", tcp_reg("p2", server.port))
+            running = await rec.status("sb1", lambda s: s.state == RUNNING, mark)
+            assert running.pid not in (0, old_pid) and running.restarts == 1
+            assert supervisor.status("sb1").restarts == 1
+            rec.drain_events()
+            await rec.attempt("sb1", "p1", spec_pb.RESULT_SUCCESS)
+            await rec.attempt("sb1", "p2", spec_pb.RESULT_SUCCESS)
+            assert WorkerExit(pid=old_pid, signal=signal.SIGKILL) in rec.exits
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_hung_worker_is_detected_by_missed_heartbeats_and_replaced(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec, heartbeat_timeout_s=0.5)
+        try:
+            await supervisor.ensure(target(pod_netns))
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port, period_ms=1000))
+            old_pid = supervisor.status("sb1").pid
+            mark = rec.mark()
+            os.kill(old_pid, signal.SIGSTOP)
+            backoff = await rec.status("sb1", lambda s: s.state == BACKOFF, mark)
+            assert backoff.last_error == "missed heartbeats for 0.5s"
+            assert not alive(old_pid)  # killed, even though stopped
+            running = await rec.status("sb1", lambda s: s.state == RUNNING, mark)
+            assert running.restarts == 1 and running.pid != old_pid
+            await rec.attempt("sb1", "p1", spec_pb.RESULT_SUCCESS)
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_dead_zygote_is_replaced_and_workers_come_back(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            for sid in ("sb1", "sb2"):
+                await supervisor.ensure(target(pod_netns, sid))
+                await supervisor.add_probe(sid, tcp_reg("p-" + sid, server.port))
+            old_zygote = supervisor.zygote.pid
+            old_pids = {sid: supervisor.status(sid).pid for sid in ("sb1", "sb2")}
+            mark = rec.mark()
+            os.kill(old_zygote, signal.SIGKILL)
+            for sid in ("sb1", "sb2"):
+                backoff = await rec.status(sid, lambda s: s.state == BACKOFF, mark)
+                assert backoff.last_error == "zygote died"
+            for sid in ("sb1", "sb2"):
+                running = await rec.status(sid, lambda s: s.state == RUNNING, mark)
+                assert running.restarts == 1
+                assert psutil.Process(running.pid).ppid() == supervisor.zygote.pid != old_zygote
+                assert not alive(old_pids[sid])
+            rec.drain_events()
+            for sid in ("sb1", "sb2"):
+                await rec.attempt(sid, "p-" + sid, spec_pb.RESULT_SUCCESS)
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+def test_missing_netns_is_failed_with_the_workers_message_and_retried():
+    missing = "/var/run/netns/cps-supervisor-does-not-exist"
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            status = await supervisor.ensure(SandboxTarget("gone", missing, []))
+            assert status.state == FAILED
+            assert status.last_error == f"cannot open network namespace {missing}: No such file or directory"
+            retried = await rec.status("gone", lambda s: s.state == FAILED and s.restarts >= 2)
+            assert retried.last_error == status.last_error
+            with pytest.raises(WorkerUnavailable, match="No such file"):
+                await supervisor.run_once(SandboxTarget("gone", missing, []), tcp_reg("", 80), timeout_s=5)
+            await supervisor.stop_sandbox("gone")
+            assert supervisor.status("gone").state == NONE and supervisor.sandbox_ids() == []
+        finally:
+            await supervisor.close()
+        assert not os.path.exists(missing)
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_stop_sandbox_shuts_the_worker_down_gracefully(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            await supervisor.ensure(target(pod_netns))
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
+            pid = supervisor.status("sb1").pid
+            await supervisor.stop_sandbox("sb1")
+            assert WorkerExit(pid=pid, exit_code=0) in rec.exits  # Shutdown obeyed, no kill needed
+            sid, last = rec.history[-1]
+            assert (sid, last.state, last.pid) == ("sb1", NONE, 0)
+            assert supervisor.status("sb1").state == NONE and supervisor.sandbox_ids() == []
+            await supervisor.stop_sandbox("sb1")  # idempotent
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_removing_the_last_probe_stops_the_worker(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            await supervisor.ensure(target(pod_netns))
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
+            await supervisor.add_probe("sb1", tcp_reg("p2", server.port))
+            pid = supervisor.status("sb1").pid
+            await supervisor.remove_probe("sb1", "p1")
+            assert supervisor.status("sb1").state == RUNNING
+            await supervisor.remove_probe("sb1", "p2")
+            assert supervisor.status("sb1").state == NONE
+            assert WorkerExit(pid=pid, exit_code=0) in rec.exits
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_run_once_spawns_a_worker_for_the_attempt_only(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        try:
+            reg = tcp_reg("", server.port)
+            attempt = await supervisor.run_once(target(pod_netns), reg, timeout_s=5)
+            assert attempt.result == spec_pb.RESULT_SUCCESS
+            assert attempt.address == f"{pod_netns.ipv4}:{server.port}"
+            assert supervisor.sandbox_ids() == []
+            assert [e.exit_code for e in rec.exits] == [0]
+            # With probes registered the worker stays.
+            await supervisor.ensure(target(pod_netns))
+            await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
+            pid = supervisor.status("sb1").pid
+            assert (await supervisor.run_once(target(pod_netns), reg, timeout_s=5)).result == spec_pb.RESULT_SUCCESS
+            assert supervisor.status("sb1").pid == pid
+        finally:
+            await supervisor.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_close_leaves_no_process_behind(pod_netns):
+    server = listen(pod_netns)
+
+    async def main():
+        rec = Recorder()
+        supervisor = make_supervisor(rec)
+        pids = []
+        try:
+            for sid in ("sb1", "sb2", "sb3"):
+                await supervisor.ensure(target(pod_netns, sid))
+                await supervisor.add_probe(sid, tcp_reg("p", server.port))
+                pids.append(supervisor.status(sid).pid)
+            zygote = supervisor.zygote
+            pids.append(zygote.pid)
+            assert psutil.Process(zygote.pid).status() != psutil.STATUS_ZOMBIE
+        finally:
+            await supervisor.close()
+        assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+        assert await zygote.died == "zygote exited with code 0"
+        assert psutil.Process().children(recursive=True) == [p for p in psutil.Process().children(recursive=True)
+                                                            if p.pid not in pids]
+        assert sorted(e.exit_code for e in rec.exits) == [0, 0, 0]
+        with pytest.raises(WorkerUnavailable, match="closing"):
+            await supervisor.ensure(target(pod_netns, "late"))
+
+    asyncio.run(main())

@@ -1,0 +1,220 @@
+"""The worker zygote: lean and single-threaded, forks workers that keep nothing of it,
+reports their exits, and takes them down with it.
+
+Real processes throughout; every wait is on an event (a frame, a future, a process
+exit), bounded by a timeout, never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from cri_proto import probe_worker_pb2 as worker_pb
+from probe_worker.channel import AsyncChannel
+from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
+from tests.netns_env import REPO_ROOT
+
+WAIT_S = 10
+FORBIDDEN = ("grpc", "grpc_tools", "grpc_health", "grpc_reflection", "opentelemetry", "psutil", "prometheus_client")
+
+
+# --- pure -------------------------------------------------------------------------------
+
+def test_exit_descriptions():
+    assert WorkerExit(pid=1, signal=9).describe() == "exited with signal 9 (SIGKILL)"
+    assert WorkerExit(pid=1, exit_code=2).describe() == "exited with code 2"
+    assert WorkerExit(pid=1, exit_code=0).describe() == "exited with code 0"
+    assert WorkerExit(pid=1, reason="zygote died").describe() == "zygote died"
+    assert exit_from_waitid(7, os.CLD_EXITED, 3) == WorkerExit(pid=7, exit_code=3)
+    assert exit_from_waitid(7, os.CLD_KILLED, 15) == WorkerExit(pid=7, signal=15)
+    assert exit_from_waitid(7, os.CLD_DUMPED, 11) == WorkerExit(pid=7, signal=11)
+
+
+# --- the zygote process ---------------------------------------------------------------------
+
+def test_zygote_module_imports_no_grpc_and_starts_no_thread():
+    code = (
+        "import json, sys, threading\n"
+        "import shim.zygote\n"
+        "print(json.dumps({'modules': sorted({m.split('.')[0] for m in sys.modules}),"
+        " 'threads': threading.active_count()}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
+    report = json.loads(out.stdout)
+    assert [m for m in report["modules"] if m in FORBIDDEN] == []
+    assert report["threads"] == 1
+    assert {"probe_worker", "h11", "h2", "asyncio", "ssl"} <= set(report["modules"])
+
+
+def _mapped_files(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[-1] for line in f if len(line.split()) >= 6}
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _blocked_or_ignored(mask_hex: str, sig: int) -> bool:
+    return bool(int(mask_hex, 16) & (1 << (sig - 1)))
+
+
+def test_running_zygote_is_single_threaded_preloaded_and_has_no_grpc():
+    async def main():
+        zygote = await Zygote.start()
+        try:
+            hello = zygote.hello.result()
+            assert hello.pid == zygote.pid and hello.gc_frozen
+            assert hello.preloaded_modules > 200  # probe_worker, h11, h2, ssl, pyroute2...
+            assert _status(zygote.pid)["Threads"] == "1"
+            assert [f for f in _mapped_files(zygote.pid) if "grpc" in f] == []
+            # Its own session: a terminal's Ctrl-C reaches the daemon, not the zygote.
+            assert os.getsid(zygote.pid) == zygote.pid
+            assert zygote.alive
+        finally:
+            await zygote.close()
+        assert await zygote.died == "zygote exited with code 0"
+        assert not zygote.alive
+
+    asyncio.run(main())
+
+
+# --- spawning -------------------------------------------------------------------------------------
+
+async def _first_frame(worker) -> worker_pb.WorkerEvent:
+    channel = AsyncChannel(worker.sock)
+    return worker_pb.WorkerEvent.FromString(await asyncio.wait_for(channel.recv(), WAIT_S))
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """Sockets and anonymous inodes (pidfds) held beyond stdin/stdout/stderr."""
+    targets = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if int(fd) > 2 and target.startswith(("socket:", "anon_inode:")):
+            targets.add(target)
+    return targets
+
+
+@pytest.mark.netns
+def test_spawned_worker_enters_the_netns_and_keeps_nothing_of_the_zygote(pod_netns):
+    async def main():
+        exits: list[WorkerExit] = []
+        zygote = await Zygote.start(on_exit=exits.append)
+        try:
+            first = await zygote.spawn(worker_pb.WorkerConfig(sandbox_id="a", netns_path=pod_netns.path,
+                                                              pod_ips=pod_netns.pod_ips))
+            second = await zygote.spawn(worker_pb.WorkerConfig(sandbox_id="b", netns_path=pod_netns.path,
+                                                               pod_ips=pod_netns.pod_ips))
+            ready = (await _first_frame(first)).ready
+            await _first_frame(second)
+            assert ready.pid == first.pid
+            assert ready.netns_inode == os.stat(pod_netns.path).st_ino
+            assert psutil.Process(first.pid).ppid() == zygote.pid
+            status = _status(first.pid)
+            assert status["Threads"] == "1"
+            assert status["Uid"].split() == ["65534"] * 4
+            # The zygote ignores SIGINT; a worker has the interpreter's defaults back.
+            assert _blocked_or_ignored(_status(zygote.pid)["SigIgn"], signal.SIGINT)
+            assert not _blocked_or_ignored(status["SigIgn"], signal.SIGINT)
+            assert int(status["SigBlk"], 16) == 0
+            # Neither the zygote's control socket, nor its pidfds, nor a sibling's socket.
+            zygote_fds = _socket_inodes(zygote.pid)
+            assert [t for t in zygote_fds if t.startswith("socket:")], "the zygote holds its control socket"
+            worker_fds = _socket_inodes(first.pid)
+            sockets = {t for t in worker_fds if t.startswith("socket:")}
+            assert sockets & zygote_fds == set()
+            assert sockets & _socket_inodes(second.pid) == set()
+            assert [t for t in worker_fds if "pidfd" in t] == []
+            first.kill()
+            assert await asyncio.wait_for(first.exited, WAIT_S) == WorkerExit(pid=first.pid, signal=signal.SIGKILL)
+            assert exits == [WorkerExit(pid=first.pid, signal=signal.SIGKILL)]
+        finally:
+            await zygote.close()
+        # Closing the daemon's end makes the zygote kill and reap its workers, then exit.
+        assert await zygote.died == "zygote exited with code 0"
+        assert not psutil.pid_exists(second.pid)
+        assert (await second.exited).reason == "zygote closed"
+
+    asyncio.run(main())
+
+
+@pytest.mark.netns
+def test_a_worker_that_shuts_down_is_reported_with_its_exit_code(pod_netns):
+    async def main():
+        zygote = await Zygote.start()
+        try:
+            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            channel = AsyncChannel(worker.sock)
+            assert worker_pb.WorkerEvent.FromString(await channel.recv()).WhichOneof("msg") == "ready"
+            await channel.send(worker_pb.WorkerRequest(seq=1, shutdown=worker_pb.Shutdown()))
+            assert await asyncio.wait_for(worker.exited, WAIT_S) == WorkerExit(pid=worker.pid, exit_code=0)
+        finally:
+            await zygote.close()
+
+    asyncio.run(main())
+
+
+def test_missing_netns_gives_fatal_then_exit_code_2():
+    missing = "/var/run/netns/cps-zygote-does-not-exist"
+
+    async def main():
+        zygote = await Zygote.start()
+        try:
+            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=missing))
+            first = await _first_frame(worker)
+            assert first.fatal.message == f"cannot open network namespace {missing}: No such file or directory"
+            assert await asyncio.wait_for(worker.exited, WAIT_S) == WorkerExit(pid=worker.pid, exit_code=2)
+        finally:
+            await zygote.close()
+        assert not os.path.exists(missing)
+
+    asyncio.run(main())
+
+
+async def _until_eof(sock) -> None:
+    while await asyncio.get_running_loop().sock_recv(sock, 65536):
+        pass  # heartbeats sent before it died
+
+
+@pytest.mark.netns
+def test_workers_die_with_the_zygote(pod_netns):
+    async def main():
+        zygote = await Zygote.start()
+        try:
+            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            await _first_frame(worker)
+            os.kill(zygote.pid, signal.SIGKILL)
+            assert await asyncio.wait_for(zygote.died, WAIT_S) == "zygote exited with signal 9 (SIGKILL)"
+            assert (await worker.exited).reason == "zygote died"
+            # PR_SET_PDEATHSIG: the orphan is killed, its socket closes.
+            await asyncio.wait_for(_until_eof(worker.sock), WAIT_S)
+            gone, alive = psutil.wait_procs([psutil.Process(worker.pid)], timeout=WAIT_S) \
+                if psutil.pid_exists(worker.pid) else ([], [])
+            assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+            with pytest.raises(ZygoteError, match="not running"):
+                await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path))
+        finally:
+            await zygote.close()
+
+    asyncio.run(main())
+
+
+def test_zygote_that_cannot_start_is_an_error():
+    async def main():
+        with pytest.raises(ZygoteError, match="did not start"):
+            await Zygote.start(python="/bin/false", start_timeout_s=WAIT_S)
+
+    asyncio.run(main())
