@@ -342,7 +342,9 @@ class Zygote:
                 theirs.close()  # in flight the descriptor is the kernel's; the child gets the only copy
             pid, pidfd, exited = await asyncio.wait_for(reply, timeout_s)
         except BaseException:
-            ours.close()
+            ours.close()  # the child, if forked, sees EOF and exits
+            if reply.done() and not reply.cancelled() and reply.exception() is None and reply.result()[1] is not None:
+                os.close(reply.result()[1])
             raise
         finally:
             self._pending.pop(seq, None)

@@ -12,7 +12,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
+from cri_proto import probe_spec_pb2 as spec_pb
 from tests.netns_env import REPO_ROOT
 
 START_TIMEOUT_S = 20
@@ -37,6 +39,7 @@ class DaemonProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         self.log = open(self.workdir / "daemon.log", "ab")
         self.proc = subprocess.Popen(
+            # Later flags win: extra_args may replace the embedded runtime or the metrics address.
             [sys.executable, "-m", "shim.cli", "serve", "--runtime-endpoint", "none",
              "--listen", f"unix://{self.socket_path}", "--state-dir", self.state_dir,
              "--metrics-listen", "", *self.extra_args],
@@ -69,3 +72,35 @@ class DaemonProcess:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+# --- helpers for tests that talk to a daemon -------------------------------------------
+
+def tcp_spec(port, **kw):
+    kw.setdefault("period_ms", 100)
+    kw.setdefault("timeout_ms", 500)
+    return spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)), **kw)
+
+
+def run(daemon, ns, spec, probe_type=spec_pb.READINESS, container="app", **kw):
+    req = service_pb.RunProbeRequest(pod_sandbox_id=ns.name, container_name=container, type=probe_type, spec=spec, **kw)
+    return daemon.stub.RunProbe(req, timeout=10).probe_id
+
+
+def wait_for(daemon, predicate, probe_id=None, timeout=15, every_attempt=True, request=None):
+    """Watches until predicate(probe) holds for an event's probe; returns that probe."""
+    req = request or service_pb.WatchProbeStatusRequest(
+        filter=service_pb.ProbeFilter(probe_id=probe_id or ""), every_attempt=every_attempt)
+    stream = daemon.stub.WatchProbeStatus(req, timeout=timeout)
+    try:
+        for event in stream:
+            if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED, service_pb.ATTEMPT) and predicate(event.probe):
+                return event.probe
+    finally:
+        stream.cancel()
+    raise AssertionError("the watch ended before the condition held")
+
+
+def status(daemon, **filter_fields):
+    return daemon.stub.ProbeStatus(
+        service_pb.ProbeStatusRequest(filter=service_pb.ProbeFilter(**filter_fields)), timeout=5)

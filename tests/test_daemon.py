@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import grpc
 import psutil
@@ -17,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.daemon_env import DaemonProcess
+from tests.daemon_env import DaemonProcess, run, status, tcp_spec, wait_for
 from tests.netns_env import listen
 
 pytestmark = pytest.mark.netns
@@ -28,36 +27,6 @@ def daemon(tmp_path):
     d = DaemonProcess(tmp_path).start()
     yield d
     d.stop()
-
-
-def tcp_spec(port, **kw):
-    kw.setdefault("period_ms", 100)
-    kw.setdefault("timeout_ms", 500)
-    return spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)), **kw)
-
-
-def run(daemon, ns, spec, probe_type=spec_pb.READINESS, container="app", **kw):
-    req = service_pb.RunProbeRequest(pod_sandbox_id=ns.name, container_name=container, type=probe_type, spec=spec, **kw)
-    return daemon.stub.RunProbe(req, timeout=10).probe_id
-
-
-def wait_for(daemon, predicate, probe_id=None, timeout=15, every_attempt=True, request=None):
-    """Watches until predicate(probe) holds for an event's probe; returns that probe."""
-    req = request or service_pb.WatchProbeStatusRequest(
-        filter=service_pb.ProbeFilter(probe_id=probe_id or ""), every_attempt=every_attempt)
-    stream = daemon.stub.WatchProbeStatus(req, timeout=timeout)
-    try:
-        for event in stream:
-            if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED, service_pb.ATTEMPT) and predicate(event.probe):
-                return event.probe
-    finally:
-        stream.cancel()
-    raise AssertionError("the watch ended before the condition held")
-
-
-def status(daemon, **filter_fields):
-    return daemon.stub.ProbeStatus(
-        service_pb.ProbeStatusRequest(filter=service_pb.ProbeFilter(**filter_fields)), timeout=5)
 
 
 def worker_processes(daemon_pid):
