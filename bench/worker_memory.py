@@ -26,7 +26,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -117,8 +116,9 @@ async def measure(args: argparse.Namespace, count: int, namespaces: Namespaces) 
             enough.set()
 
     async def zygote_factory() -> Zygote:
-        return await Zygote.start(gc_freeze=args.gc_freeze, child_gc_threshold=args.child_gc_threshold,
-                                  preload_pod_ips=args.preload_pod_ips)
+        return await Zygote.start(python=args.python, gc_freeze=args.gc_freeze, child_gc_threshold=args.child_gc_threshold,
+                                  preload_pod_ips=args.preload_pod_ips, warm_up=args.warm_up,
+                                  fill_holes=args.fill_holes)
 
     supervisor = WorkerSupervisor(zygote_factory, on_event, lambda *_: None,
                                   heartbeat_timeout_s=30.0, start_timeout_s=60.0)
@@ -142,8 +142,11 @@ async def measure(args: argparse.Namespace, count: int, namespaces: Namespaces) 
         total = zygote_after + sum(p for p, _ in per_worker)
         return {
             "sandboxes": count,
+            "python": args.python,
             "gc_freeze": args.gc_freeze,
             "child_gc_threshold": args.child_gc_threshold,
+            "warm_up": args.warm_up,
+            "fill_holes": args.fill_holes,
             "zygote_pss_alone_mib": round(zygote_alone / MIB, 2),
             "zygote_pss_after_mib": round(zygote_after / MIB, 2),
             "worker_pss_mean_mib": round(statistics.mean(p for p, _ in per_worker) / MIB, 2),
@@ -160,7 +163,8 @@ async def measure(args: argparse.Namespace, count: int, namespaces: Namespaces) 
 
 
 def show(result: dict) -> None:
-    print(f"{result['sandboxes']} sandboxes (gc_freeze={result['gc_freeze']}, "
+    print(f"{result['sandboxes']} sandboxes (gc_freeze={result['gc_freeze']}, warm_up={result['warm_up']}, "
+          f"fill_holes={result['fill_holes']}, "
           f"child gc threshold={result['child_gc_threshold']}):")
     print(f"  zygote PSS          {result['zygote_pss_alone_mib']:7.2f} MiB alone, "
           f"{result['zygote_pss_after_mib']:.2f} MiB with its workers")
@@ -182,9 +186,13 @@ def main() -> int:
     parser.add_argument("--child-gc-threshold", type=int, default=None,
                         help="generation-0 GC threshold in workers (0: GC disabled); default: the interpreter's")
     parser.add_argument("--no-preload-pod-ips", dest="preload_pod_ips", action="store_false")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false")
+    parser.add_argument("--no-fill-holes", dest="fill_holes", action="store_false")
     parser.add_argument("--discover-pod-ips", action="store_true",
                         help="pass no pod IPs: every worker discovers them (pyroute2)")
     parser.add_argument("--listener", action="store_true", help="probe a listener (success) instead of a closed port")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter of the zygote and its workers (needs protobuf, h11, h2, pyroute2)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     reason = netns_unavailable_reason()

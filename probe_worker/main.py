@@ -103,8 +103,11 @@ async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> Non
 
     async def heartbeat() -> None:
         while True:
-            await channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
-                unix_ns=time.time_ns(), probes=len(manager))))
+            try:
+                await channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
+                    unix_ns=time.time_ns(), probes=len(manager))))
+            except OSError:
+                return  # the daemon is gone; the request loop sees EOF and ends the worker
             await asyncio.sleep(heartbeat_ms / 1000)
 
     async def run_once(seq: int, reg: worker_pb.ProbeRegistration) -> None:
@@ -117,7 +120,7 @@ async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> Non
         while True:
             try:
                 request = worker_pb.WorkerRequest.FromString(await channel.recv())
-            except ChannelClosed:
+            except (ChannelClosed, OSError):
                 break
             seq, kind = request.seq, request.WhichOneof("msg")
             if kind in ("add_probe", "run_once"):

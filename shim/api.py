@@ -2,7 +2,7 @@
 
 Error mapping (one place): invalid request -> INVALID_ARGUMENT with every field error;
 unknown sandbox -> NOT_FOUND; sandbox not ready -> FAILED_PRECONDITION; limits ->
-RESOURCE_EXHAUSTED; runtime not answering -> UNAVAILABLE.
+RESOURCE_EXHAUSTED; runtime or worker not answering -> UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from shim.registry import InvalidRequest, LimitExceeded, ProbeRegistry
 from shim.sandboxes import RuntimeUnavailable, SandboxNotFound, SandboxNotReady
-from shim.supervisor import WorkerRejected
+from shim.supervisor import WorkerRejected, WorkerUnavailable
 
 log = logging.getLogger("probe_shim.api")
 
@@ -31,6 +31,7 @@ _CODES = (
     (SandboxNotReady, grpc.StatusCode.FAILED_PRECONDITION),
     (LimitExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RuntimeUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (WorkerUnavailable, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 

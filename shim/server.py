@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -94,7 +95,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     sandboxes = NetnsSandboxes() if upstream is None else CriSandboxes(upstream)
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, tracer=tracer, metrics=metrics)
     supervisor = WorkerSupervisor(
-        Zygote.start,
+        # With a runtime the daemon passes pod IPs; only embedded-mode workers discover
+        # theirs, so only then is pyroute2 worth preloading (shared) in the zygote.
+        functools.partial(Zygote.start, preload_pod_ips=config.embedded),
         on_event=registry.on_event,
         on_worker=registry.on_worker,
         heartbeat_timeout_s=config.heartbeat_timeout_s,

@@ -272,8 +272,11 @@ class WorkerSupervisor:
             return  # replayed when the worker is up
         try:
             reply = await sb.conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(probe=stored))
-        except WorkerUnavailable:
-            return  # the worker died meanwhile: the restart replays it
+        except (WorkerUnavailable, TimeoutError) as exc:
+            # Dead, or hung (the watchdog will replace it): either way the next worker replays it.
+            log.warning("probe %s kept for the next worker: %s", reg.probe_id, exc or "no answer",
+                        extra={"sandbox": sandbox_id})
+            return
         if reply.WhichOneof("msg") == "rejected":
             if previous is None:
                 sb.regs.pop(reg.probe_id, None)
@@ -290,8 +293,8 @@ class WorkerSupervisor:
         if sb.conn is not None:
             try:
                 await sb.conn.request(self._request_timeout_s, remove_probe=worker_pb.RemoveProbe(probe_id=probe_id))
-            except WorkerUnavailable:
-                pass  # gone; the restart will not replay it
+            except (WorkerUnavailable, TimeoutError):
+                pass  # dead or hung: the next worker will not get it back
         await self._stop_if_idle(sb)
 
     async def run_once(self, target: SandboxTarget, reg: worker_pb.ProbeRegistration, timeout_s: float) -> spec_pb.Attempt:
@@ -423,7 +426,7 @@ class WorkerSupervisor:
             delay = backoff.next_delay(loop.time() - began)
             state = service_pb.WORKER_FAILED if end.fatal else service_pb.WORKER_BACKOFF
             self._set(sb, state, pid=0, last_error=end.reason, restarts=sb.status.restarts + 1)
-            log.warning("worker ended: %s; restarting in %.1fs", end.reason, delay,
+            log.warning("worker ended: %s; restarting in %.3gs", end.reason, delay,
                         extra={"sandbox": sid, "restarts": sb.status.restarts})
             await asyncio.wait([sb.stopping], timeout=delay)
             if sb.stopping.done():
@@ -440,7 +443,7 @@ class WorkerSupervisor:
             zygote = await self._get_zygote()
             worker = await zygote.spawn(config, self._start_timeout_s)
         except (ZygoteError, TimeoutError) as exc:
-            return _LifeEnd(f"cannot spawn a worker: {exc}")
+            return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
         conn = _Connection(lambda event: self._forward(sb.target.sandbox_id, event))
         try:
             try:
@@ -469,6 +472,8 @@ class WorkerSupervisor:
             return _LifeEnd(first.fatal.message, fatal=True)
 
         ready = first.ready
+        if conn.lost.done():  # Ready, then gone at once
+            return await self._bury(worker, conn, None)
         # Replayed synchronously with the switch to RUNNING: an add_probe arriving meanwhile
         # either is in this snapshot or finds the connection and sends itself.
         replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=reg))) for probe_id, reg in sb.regs.items()]
@@ -505,9 +510,9 @@ class WorkerSupervisor:
 
     async def _bury(self, worker: SpawnedWorker, conn: _Connection, reason: str | None) -> _LifeEnd:
         """Makes sure the worker is dead; the reason is ours (a hang) or its exit status."""
-        sb_conn_lost = conn.lost.done()
+        eof = conn.lost.done()  # the worker closed its end (or died) before we gave up on it
         conn.fail(reason or "worker died")
-        if reason is None and sb_conn_lost and not worker.exited.done():
+        if reason is None and eof and not worker.exited.done():
             # EOF usually means it is exiting: give the zygote a moment to report the real status.
             await asyncio.wait([worker.exited], timeout=EXIT_GRACE_S)
         worker.kill()
@@ -544,7 +549,7 @@ class WorkerSupervisor:
             return
         lived = asyncio.get_running_loop().time() - self._zygote_started_at
         delay = self._zygote_backoff.next_delay(lived)
-        log.warning("%s; starting a new one in %.1fs", died.result(), delay)
+        log.warning("%s; starting a new one in %.3gs", died.result(), delay)
         # Started ahead of demand, so that the next new sandbox does not wait for its imports.
         if self._zygote_restart is None or self._zygote_restart.done():
             self._zygote_restart = asyncio.create_task(self._restart_zygote(delay), name="zygote restart")

@@ -25,6 +25,7 @@ import gc
 import itertools
 import logging
 import os
+import resource
 import select
 import signal
 import socket
@@ -39,6 +40,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
 from probe_worker.channel import BlockingChannel
+from shim.zygote_memory import fill_malloc_holes, fill_pool_holes, warm_up
 
 log = logging.getLogger("shim.zygote")
 
@@ -114,6 +116,7 @@ class _ZygoteProcess:
         self.pid = os.getpid()
 
     def serve(self) -> int:
+        """Until the daemon's end closes (a malformed request ends the zygote: the daemon starts another)."""
         while True:
             for fd, _ in self.poller.poll():
                 if fd == self.control.fileno():
@@ -184,7 +187,7 @@ class _ZygoteProcess:
                 os.close(pidfd)
             # Anything else (inherited by the zygote by mistake) must not reach a pod's process.
             os.closerange(3, worker_fd)
-            os.closerange(worker_fd + 1, 1 << 20)
+            os.closerange(worker_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
             _reset_signals()
             if self.child_gc_threshold > 0:
                 gc.set_threshold(self.child_gc_threshold)
@@ -216,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="generation-0 GC threshold in the workers; 0 leaves their GC disabled")
     parser.add_argument("--no-preload-pod-ips", dest="preload_pod_ips", action="store_false",
                         help="do not preload pyroute2 (used by workers that must discover their pod IPs)")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="do not run a worker session on loopback before forking (for measurements)")
+    parser.add_argument("--no-fill-holes", dest="fill_holes", action="store_false",
+                        help="do not fill pymalloc's free blocks before forking (for measurements)")
     args = parser.parse_args(argv)
     # No collection from here on in the zygote: a collection would free objects and leave
     # holes in pages that the children then fill, copying those pages.
@@ -224,11 +231,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.preload_pod_ips:
         # pyroute2 is ~200 modules; preloaded here it is shared, imported in a child it is not.
         import probe_worker.pod_ips  # noqa: F401
-    # The daemon decides when the zygote ends (by closing the socket); a terminal's Ctrl-C must not.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=args.fd)
     control.setblocking(True)
+    if args.warm_up:
+        try:
+            for _ in range(12):
+                _reset_signals()  # what each child runs first, while the handlers are still the startup ones
+            warm_up()
+        except Exception:  # noqa: BLE001  only memory is at stake: workers still work cold
+            log.exception("zygote warm-up failed; workers will start cold")
+    # The daemon decides when the zygote ends (by closing the socket); a terminal's Ctrl-C must not.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if args.gc_freeze:
+        gc.collect()  # the warm-up's garbage, before the survivors are frozen
+    if args.fill_holes:
+        fill_pool_holes()  # after the collection: it made holes too
+        fill_malloc_holes()
+    if args.gc_freeze:
+        # Frozen objects are never examined by a child's collections, which would otherwise
+        # write to every object's GC header (and copy every page) at the first full collection.
         gc.freeze()
     _send(control, zygote_pb.ZygoteEvent(hello=zygote_pb.Hello(
         pid=os.getpid(), preloaded_modules=len(sys.modules), gc_frozen=args.gc_freeze)))
@@ -293,6 +314,8 @@ class Zygote:
         gc_freeze: bool = True,
         child_gc_threshold: int | None = None,
         preload_pod_ips: bool = True,
+        warm_up: bool = True,
+        fill_holes: bool = True,
         start_timeout_s: float = START_TIMEOUT_S,
         on_exit: Callable[[WorkerExit], None] | None = None,
     ) -> "Zygote":
@@ -302,6 +325,8 @@ class Zygote:
         argv += [] if gc_freeze else ["--no-gc-freeze"]
         argv += [] if child_gc_threshold is None else ["--child-gc-threshold", str(child_gc_threshold)]
         argv += [] if preload_pod_ips else ["--no-preload-pod-ips"]
+        argv += [] if warm_up else ["--no-warm-up"]
+        argv += [] if fill_holes else ["--no-fill-holes"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
@@ -451,8 +476,9 @@ class Zygote:
         returncode = self.proc.wait()  # exited: does not block
         os.close(self._pidfd)
         self._connection_lost("zygote died")
-        reason = f"zygote exited with code {returncode}" if returncode >= 0 else \
-            f"zygote exited with signal {-returncode} ({signal.Signals(-returncode).name})"
+        status = WorkerExit(pid=self.pid, exit_code=returncode if returncode >= 0 else None,
+                            signal=-returncode if returncode < 0 else None)
+        reason = f"zygote {status.describe()}"
         if not self.died.done():
             self.died.set_result(reason)
         log.log(logging.INFO if returncode == 0 else logging.WARNING, reason, extra={"pid": self.pid})

@@ -45,10 +45,17 @@ class DaemonProcess:
              "--metrics-listen", "", *self.extra_args],
             cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
-        self.channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+        # A private subchannel pool: grpc shares connections between channels of one
+        # process, and a channel to a daemon a test killed must not lend its dead one.
+        self.channel = grpc.insecure_channel(f"unix://{self.socket_path}",
+                                             options=[("grpc.use_local_subchannel_pool", 1)])
         # wait_for_ready: the call waits (bounded) for the socket instead of failing fast.
         health = health_pb2_grpc.HealthStub(self.channel)
-        answer = health.Check(health_pb2.HealthCheckRequest(), timeout=START_TIMEOUT_S, wait_for_ready=True)
+        try:
+            answer = health.Check(health_pb2.HealthCheckRequest(), timeout=START_TIMEOUT_S, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            self.stop(signal.SIGKILL)
+            raise AssertionError(f"daemon did not come up: {exc}\n--- daemon log ---\n{self.logs()}") from None
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
         return self
 
@@ -58,6 +65,12 @@ class DaemonProcess:
 
     def logs(self) -> str:
         return (self.workdir / "daemon.log").read_text(errors="replace")
+
+    def crash(self) -> None:
+        """SIGKILL, as a crash would; the client's channel goes with it."""
+        self.proc.kill()
+        self.proc.wait()
+        self.stop()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.channel is not None:
@@ -70,7 +83,8 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        if not self.log.closed:
+            self.log.close()
         return self.proc.returncode
 
 

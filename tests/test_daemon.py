@@ -162,9 +162,7 @@ def test_daemon_restart_restores_every_acknowledged_probe(tmp_path, pod_netns):
     try:
         probe_id = run(d, pod_netns, tcp_spec(server.port))
         old_instance = status(d).instance_id
-        d.proc.kill()  # a crash, not a clean stop
-        d.proc.wait()
-        d.log.close()
+        d.crash()
         d2 = DaemonProcess(tmp_path).start()
         try:
             restored = status(d2)

@@ -197,7 +197,8 @@ def test_killed_worker_is_restarted_with_its_probes(pod_netns):
             backoff = await rec.status("sb1", lambda s: s.state == BACKOFF, mark)
             assert backoff.last_error == "exited with signal 9 (SIGKILL)"
             assert backoff.restarts == 1 and backoff.pid == 0
-            # Registered during the backoff: the new worker gets it with the old one.
+            # Registered during the backoff (1 s): the new worker gets it with the old one.
+            assert supervisor.status("sb1").state == BACKOFF
             await supervisor.add_probe("sb1", tcp_reg("p2", server.port))
             running = await rec.status("sb1", lambda s: s.state == RUNNING, mark)
             assert running.pid not in (0, old_pid) and running.restarts == 1

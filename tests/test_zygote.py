@@ -79,6 +79,8 @@ def test_running_zygote_is_single_threaded_preloaded_and_has_no_grpc():
             assert [f for f in _mapped_files(zygote.pid) if "grpc" in f] == []
             # Its own session: a terminal's Ctrl-C reaches the daemon, not the zygote.
             assert os.getsid(zygote.pid) == zygote.pid
+            # The warm-up's servers and sockets are gone: only the control socket is left.
+            assert len(_socket_inodes(zygote.pid)) == 1
             assert zygote.alive
         finally:
             await zygote.close()
@@ -210,6 +212,28 @@ def test_workers_die_with_the_zygote(pod_netns):
             await zygote.close()
 
     asyncio.run(main())
+
+
+def test_filling_memory_holes_takes_the_free_blocks_and_chunks():
+    code = (
+        "import gc, json\n"
+        "gc.disable()\n"
+        "from shim import zygote_memory as w\n"
+        "before = w.pymalloc_free_blocks(); malloc_before = w.malloc_free_bytes()\n"
+        "filled = w.fill_pool_holes(); taken = w.fill_malloc_holes()\n"
+        "after = w.pymalloc_free_blocks()\n"
+        "print(json.dumps({'before': before, 'after': after, 'filled': filled, 'malloc_before': malloc_before,"
+        " 'malloc_after': w.malloc_free_bytes(), 'taken': taken}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
+    report = json.loads(out.stdout)
+    sizes = sorted(int(size) for size in report["before"])
+    assert sizes == list(range(16, 513, 16))  # the statistics were parsed: all 32 size classes
+    fillable = [str(size) for size in sizes if size >= 48]
+    assert report["filled"] >= sum(report["before"][k] for k in fillable) > 0
+    # What is left free sits in pools opened by the filling itself (at most one per class).
+    assert sum(report["after"][k] for k in fillable) < sum(report["before"][k] for k in fillable)
+    assert report["malloc_after"] < report["malloc_before"] and report["taken"] > 0
 
 
 def test_zygote_that_cannot_start_is_an_error():
