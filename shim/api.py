@@ -64,7 +64,7 @@ class ProbeServicer(service_grpc.ProbeServiceServicer):
 
     @_status_errors
     async def RunProbe(self, request, context):
-        return service_pb.RunProbeResponse(probe_id=await self._registry.run_probe(request))
+        return service_pb.RunProbeResponse(probe_id=await self._registry.run_probe(request, _traceparent(context)))
 
     @_status_errors
     async def StopProbe(self, request, context):

@@ -107,10 +107,11 @@ class ProbeRegistry:
         self._lock = asyncio.Lock()  # registrations change one at a time
         self._sandbox_info: dict[str, SandboxInfo] = {}
         self._restarts_seen: dict[str, int] = {}
+        self._traceparents: dict[str, str] = {}
 
     # --- API -----------------------------------------------------------------------
 
-    async def run_probe(self, req: service_pb.RunProbeRequest) -> str:
+    async def run_probe(self, req: service_pb.RunProbeRequest, traceparent: str | None = None) -> str:
         errors = requests.validate_run_probe(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
@@ -128,6 +129,11 @@ class ProbeRegistry:
             same_container = existing is not None and existing.container_id == probe.container_id
             self._board.put(_with_observed(probe, existing if same_container else None))
             self._sandbox_info[sandbox.id] = sandbox
+            # The caller's trace parents this probe's attempt spans (kept in memory only).
+            if traceparent:
+                self._traceparents[probe_id] = traceparent
+            else:
+                self._traceparents.pop(probe_id, None)
             await self._start(sandbox, [probe], start_now=True)
             worker = self.supervisor.status(sandbox.id)
             self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
@@ -271,7 +277,7 @@ class ProbeRegistry:
         trace_id, span_id = self._tracer.record(
             attempt, probe_id=probe.probe_id, probe_type=probe.type, sandbox_id=sandbox_id,
             container_name=probe.container_name, pod_name=info.name, pod_namespace=info.namespace, pod_uid=info.uid,
-            spec=probe.spec,
+            spec=probe.spec, traceparent=self._traceparents.get(probe.probe_id),
         )
 
         def apply(p: service_pb.Probe) -> None:
@@ -331,6 +337,7 @@ class ProbeRegistry:
             if probe is None:
                 continue
             self._board.remove(probe_id)
+            self._traceparents.pop(probe_id, None)
             await self.supervisor.remove_probe(probe.pod_sandbox_id, probe_id)
             info = self._sandbox_info.get(probe.pod_sandbox_id)
             self._metrics.forget_probe(

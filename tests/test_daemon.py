@@ -106,6 +106,31 @@ def test_exec_probe_runs_once_and_traces(daemon, pod_netns):
     assert answer.trace_id == parent_trace and len(answer.span_id) == 16
 
 
+def test_run_probe_traceparent_parents_the_attempt_spans(daemon, pod_netns):
+    server = listen(pod_netns)
+    parent_trace = "0af7651916cd43dd8448eb211c80319c"
+    req = service_pb.RunProbeRequest(pod_sandbox_id=pod_netns.name, container_name="app",
+                                     type=spec_pb.READINESS, spec=tcp_spec(server.port))
+    probe_id = daemon.stub.RunProbe(req, timeout=10,
+                                    metadata=[("traceparent", f"00-{parent_trace}-b7ad6b7169203331-01")]).probe_id
+    traced = wait_for(daemon, lambda p: p.last_trace_id != "", probe_id)
+    assert traced.last_trace_id == parent_trace
+
+
+def test_host_field_allowed_by_config_is_used_and_logged(tmp_path, pod_netns):
+    d = DaemonProcess(tmp_path, ["--allow-host-field"]).start()
+    try:
+        server = listen(pod_netns, host="127.0.0.1")
+        spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=server.port),
+                                                                    host="127.0.0.1"), period_ms=100)
+        probe_id = run(d, pod_netns, spec)
+        probed = wait_for(d, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        assert probed.last_attempt.address == f"127.0.0.1:{server.port}"  # the pod's loopback, from its netns
+    finally:
+        d.stop()
+    assert "probe uses the host field (allowed by config)" in d.logs()
+
+
 # --- watch ------------------------------------------------------------------------------
 
 def test_watch_snapshot_then_changes_and_resume(daemon, pod_netns):
