@@ -13,7 +13,6 @@ store write, forking the worker from the zygote and its netns entry).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.stats import summarize  # noqa: E402
 from cri_proto import probe_service_pb2 as service_pb  # noqa: E402
 from cri_proto import probe_spec_pb2 as spec_pb  # noqa: E402
 from tests.daemon_env import DaemonProcess  # noqa: E402
@@ -62,9 +62,9 @@ def main() -> int:
             ns.destroy()
         workdir.cleanup()
     for label, values in (("RunProbe answered", run_probe_ms), ("first attempt seen", first_attempt_ms)):
-        s = sorted(values)
-        print(f"{label:20} median {statistics.median(s):6.1f} ms   p90 {s[int(0.9 * (len(s) - 1))]:6.1f} ms   "
-              f"max {s[-1]:6.1f} ms   ({len(s)} new sandboxes)")
+        s = summarize(values)
+        print(f"{label:20} median {s['median']:6.1f} ms   p90 {s['p90']:6.1f} ms   max {s['max']:6.1f} ms"
+              f"   ({len(values)} new sandboxes)")
     return 0
 
 

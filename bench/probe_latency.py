@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
+from bench.stats import summarize  # noqa: E402
 from cri_proto import probe_spec_pb2 as spec_pb  # noqa: E402
 from cri_proto import probe_worker_pb2 as worker_pb  # noqa: E402
 from tests.netns_env import PodNetns, netns_unavailable_reason  # noqa: E402
@@ -39,21 +39,6 @@ def specs(http_port: int, tcp_port: int, grpc_port: int) -> dict[str, spec_pb.Pr
         "http": spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/ok", port=port(http_port))),
         "tcp": spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=port(tcp_port))),
         "grpc": spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=grpc_port)),
-    }
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-def summarize(values_ms: list[float]) -> dict[str, float]:
-    s = sorted(values_ms)
-    return {
-        "min": round(s[0], 3),
-        "median": round(statistics.median(s), 3),
-        "p90": round(percentile(s, 0.90), 3),
-        "p99": round(percentile(s, 0.99), 3),
-        "max": round(s[-1], 3),
     }
 
 

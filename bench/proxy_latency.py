@@ -18,7 +18,6 @@ import json
 import selectors
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import grpc  # noqa: E402
 
+from bench.stats import summarize  # noqa: E402
 from cri_proto import cri_runtime_v1_pb2 as cri_pb  # noqa: E402
 from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel  # noqa: E402
 
@@ -92,21 +92,6 @@ def timed_calls(call: grpc.UnaryUnaryMultiCallable, request: bytes, count: int, 
         out.append((time.perf_counter_ns() - begin) / 1e6)
         assert response == expected
     return out
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-def summarize(values_ms: list[float]) -> dict[str, float]:
-    s = sorted(values_ms)
-    return {
-        "min": round(s[0], 3),
-        "median": round(statistics.median(s), 3),
-        "p90": round(percentile(s, 0.90), 3),
-        "p99": round(percentile(s, 0.99), 3),
-        "max": round(s[-1], 3),
-    }
 
 
 def measure(count: int, warmup: int, block: int) -> dict[str, dict[str, float]]:

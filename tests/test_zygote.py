@@ -20,6 +20,7 @@ import pytest
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
 from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
+from tests.import_report import import_report
 from tests.netns_env import REPO_ROOT
 
 WAIT_S = 10
@@ -41,17 +42,10 @@ def test_exit_descriptions():
 # --- the zygote process ---------------------------------------------------------------------
 
 def test_zygote_module_imports_no_grpc_and_starts_no_thread():
-    code = (
-        "import json, sys, threading\n"
-        "import shim.zygote\n"
-        "print(json.dumps({'modules': sorted({m.split('.')[0] for m in sys.modules}),"
-        " 'threads': threading.active_count()}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
-    report = json.loads(out.stdout)
-    assert [m for m in report["modules"] if m in FORBIDDEN] == []
-    assert report["threads"] == 1
-    assert {"probe_worker", "h11", "h2", "asyncio", "ssl"} <= set(report["modules"])
+    modules, threads = import_report("shim.zygote")
+    assert modules & set(FORBIDDEN) == set()
+    assert threads == 1
+    assert {"probe_worker", "h11", "h2", "asyncio", "ssl"} <= modules
 
 
 def _mapped_files(pid: int) -> set[str]:
