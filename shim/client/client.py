@@ -1,0 +1,333 @@
+"""The Python client of a probe shim: ProbeService and the proxied CRI calls probectl needs, over sync grpc.
+
+Owns: the endpoint (flag, then $PROBE_SHIM_ENDPOINT, then the default socket), the channel, one deadline per
+unary call, the translation of gRPC errors into three exceptions a caller can act on (ShimUnavailable: nobody
+answers at the endpoint; NotFoundError; ShimError for the rest, one line), and the resumable watch.
+
+Nobody outside this module builds a request message or touches a stub.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import grpc
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_service_pb2_grpc as service_grpc
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.validation import effective_timing
+from shim.cri_proxy import upstream_target
+
+DEFAULT_ENDPOINT = "unix:///run/probe-shim/probe-shim.sock"
+ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
+CRI_CLIENT_VERSION = "v1"  # what crictl sends in VersionRequest
+
+_CHANNEL_OPTIONS = (
+    # A private subchannel pool: grpc shares connections between the channels of one process, and a
+    # client must never borrow another's connection to a daemon that has since been restarted.
+    ("grpc.use_local_subchannel_pool", 1),
+    # The shim is a local socket: an http_proxy in the operator's environment must never capture it.
+    ("grpc.enable_http_proxy", 0),
+    # 16 MiB like the daemon's server and the kubelet's CRI client: a status listing can be large.
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    # Reconnect within a fraction of a second once a restarted daemon listens again (grpc's default is 1 s+).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+# Watch re-open delays after a drop: the first re-open is immediate (a dropped connection to a live
+# daemon), then these, the last one repeating while the daemon stays away.
+WATCH_BACKOFF_S = (0.1, 0.2, 0.4, 0.8, 1.6, 2.0)
+
+# How grpc core's own UNAVAILABLE details begin when the transport, not the daemon, failed. The daemon
+# answers UNAVAILABLE too (a worker or the runtime not answering, with the runtime's connect error inside
+# its message), and that must not read "is the shim running?": hence prefixes, not substrings.
+_TRANSPORT_FAILURES = (
+    "failed to connect to all addresses", "connection refused", "no such file or directory", "socket closed",
+    "stream removed", "connection reset", "recvmsg", "sendmsg", "broken pipe", "goaway", "endpoint closing",
+    "connection attempt timed out", "keepalive", "cancelling all calls",
+)
+
+
+class ShimUnavailable(Exception):
+    """Nobody answers at the endpoint (no socket, nobody listening, connection lost, no permission)."""
+
+    def __init__(self, endpoint: str, details: str = "", permission_denied: bool = False) -> None:
+        self.endpoint = endpoint
+        self.details = details
+        if permission_denied:
+            hint = "permission denied on its socket (run as root or as a member of the socket's group)"
+        else:
+            hint = ("is `probe-shim serve` running? "
+                    f"(set -r/--runtime-endpoint or {ENDPOINT_ENV})")
+        super().__init__(f"cannot reach the probe shim at {endpoint}: {hint}")
+
+
+class ShimError(Exception):
+    """The shim answered with an error; str() is `CODE: details` on one line."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self.code = code
+        self.details = details
+        super().__init__(f"{code.name}: {_one_line(details)}")
+
+
+class NotFoundError(ShimError):
+    """An unknown probe id, sandbox or network namespace."""
+
+
+class RuntimeUnavailableError(ShimError):
+    """The shim is up but the container runtime behind it does not answer a proxied CRI call."""
+
+
+class ProbeShimClient:
+    def __init__(self, endpoint: str | None = None, timeout_s: float = 2.0) -> None:
+        """endpoint None: $PROBE_SHIM_ENDPOINT, then DEFAULT_ENDPOINT. Raises ValueError for a malformed one."""
+        self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
+        self.timeout_s = timeout_s
+        target = _grpc_target(self.endpoint)
+        self._socket_path = target[len("unix:"):] if target.startswith("unix:") else None
+        self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = service_grpc.ProbeServiceStub(self._channel)
+        self._cri_version = self._channel.unary_unary(
+            "/runtime.v1.RuntimeService/Version",
+            request_serializer=cri_pb.VersionRequest.SerializeToString,
+            response_deserializer=cri_pb.VersionResponse.FromString)
+        self._cri_list_sandboxes = self._channel.unary_unary(
+            "/runtime.v1.RuntimeService/ListPodSandbox",
+            request_serializer=cri_pb.ListPodSandboxRequest.SerializeToString,
+            response_deserializer=cri_pb.ListPodSandboxResponse.FromString)
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._watch_calls: set[grpc.Call] = set()
+
+    # --- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ends every watch (their iterators stop) and the channel. Safe from any thread, idempotent."""
+        self._closed.set()
+        with self._lock:
+            calls = list(self._watch_calls)
+        for call in calls:
+            call.cancel()
+        self._channel.close()
+
+    def __enter__(self) -> ProbeShimClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # --- versions and sandboxes ------------------------------------------------------------
+
+    def version(self) -> service_pb.ShimVersionResponse:
+        return self._call(self._stub.ShimVersion, service_pb.ShimVersionRequest())
+
+    def runtime_version(self) -> cri_pb.VersionResponse | None:
+        """The runtime's CRI Version through the shim's proxy; None when the shim has no runtime."""
+        if self.version().runtime_endpoint == "none":
+            return None
+        return self._proxied(self._cri_version, cri_pb.VersionRequest(version=CRI_CLIENT_VERSION))
+
+    def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox] | None:
+        """The runtime's pod sandboxes through the shim's proxy; None when the shim has no runtime."""
+        if self.version().runtime_endpoint == "none":
+            return None
+        answer = self._proxied(self._cri_list_sandboxes, cri_pb.ListPodSandboxRequest())
+        return None if answer is None else list(answer.items)
+
+    def sandboxes(self) -> list[service_pb.ProbeSandbox]:
+        return list(self._call(self._stub.ListProbeSandboxes, service_pb.ListProbeSandboxesRequest()).sandboxes)
+
+    # --- probes --------------------------------------------------------------------------------
+
+    def run_probe(self, pod_sandbox_id: str, container_name: str, probe_type: int, spec: spec_pb.ProbeSpec, *,
+                  container_id: str = "", container_ports: Iterable[spec_pb.ContainerPort] = (),
+                  labels: Mapping[str, str] | None = None, container_started_at: int = 0) -> str:
+        """Registers (or replaces: same sandbox, container and type) a probe; returns its id."""
+        request = service_pb.RunProbeRequest(
+            pod_sandbox_id=pod_sandbox_id, container_id=container_id, container_name=container_name,
+            type=probe_type, spec=spec, container_started_at=container_started_at,
+            container_ports=list(container_ports), labels=dict(labels or {}))
+        return self._call(self._stub.RunProbe, request).probe_id
+
+    def stop_probes(self, *, probe_id: str = "", pod_sandbox_id: str = "", container_id: str = "") -> list[str]:
+        """Idempotent: the ids actually stopped (none for an unknown id)."""
+        request = service_pb.StopProbeRequest(probe_id=probe_id, pod_sandbox_id=pod_sandbox_id,
+                                              container_id=container_id)
+        return list(self._call(self._stub.StopProbe, request).stopped_probe_ids)
+
+    def probes(self, *, probe_id: str = "", pod_sandbox_id: str = "", container_id: str = "",
+               probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED,
+               labels: Mapping[str, str] | None = None) -> list[service_pb.Probe]:
+        """Status of the matching probes (empty filters match everything), sorted by sandbox, container, type."""
+        request = service_pb.ProbeStatusRequest(filter=_filter(probe_id, pod_sandbox_id, container_id,
+                                                               probe_type, labels))
+        return list(self._call(self._stub.ProbeStatus, request).probes)
+
+    def probe(self, probe_id: str) -> service_pb.Probe:
+        """One probe's status; NotFoundError if the shim has no such probe."""
+        found = self.probes(probe_id=probe_id) if probe_id else []
+        if not found:
+            raise NotFoundError(grpc.StatusCode.NOT_FOUND, f"no probe with id {probe_id!r}")
+        return found[0]
+
+    def exec_probe(self, pod_sandbox_id: str, spec: spec_pb.ProbeSpec, *, probe_type: int = spec_pb.READINESS,
+                   container_ports: Iterable[spec_pb.ContainerPort] = (), traceparent: str | None = None,
+                   timeout_s: float | None = None) -> service_pb.ExecProbeResponse:
+        """One attempt now in the sandbox. The call's deadline (timeout_s None) leaves room for the attempt:
+        the worker tries up to 3 times, each bounded by the probe's timeout, like the kubelet."""
+        if timeout_s is None:
+            timeout_s = self.timeout_s + 3 * effective_timing(spec).timeout_ms / 1000
+        request = service_pb.ExecProbeRequest(pod_sandbox_id=pod_sandbox_id, spec=spec, type=probe_type,
+                                              container_ports=list(container_ports))
+        metadata = [("traceparent", traceparent)] if traceparent else None
+        return self._call(self._stub.ExecProbe, request, timeout_s=timeout_s, metadata=metadata)
+
+    # --- watch ---------------------------------------------------------------------------------
+
+    def watch(self, *, pod_sandbox_id: str = "", container_id: str = "",
+              probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED, every_attempt: bool = False,
+              labels: Mapping[str, str] | None = None, reconnect: bool = True,
+              on_reconnect: Callable[[Exception, float], None] | None = None,
+              ) -> Iterator[service_pb.WatchProbeStatusResponse]:
+        """Follows WatchProbeStatus with no deadline, yielding every event the daemon sends.
+
+        The first events are the full state (SNAPSHOT..., SNAPSHOT_COMPLETE). When the stream drops (a lost
+        connection, a daemon restart, or a RESYNC, which is yielded too) and `reconnect` is set, the watch is
+        opened again, at once and then with backoff (WATCH_BACKOFF_S), sending the instance id and the last
+        revision seen after a completed snapshot: the same daemon replays only what was missed; a new daemon
+        instance (or a resume point it no longer holds) sends a fresh snapshot, which is passed through, so a
+        consumer replaces its state on every SNAPSHOT_COMPLETE. `on_reconnect(error, delay_s)` is told before
+        each re-open after a failure. The first open is not retried: ShimUnavailable if the shim is not there.
+
+        Ends when close() is called (from any thread); a KeyboardInterrupt cancels the stream and propagates.
+        """
+        base = service_pb.WatchProbeStatusRequest(
+            filter=_filter("", pod_sandbox_id, container_id, probe_type, labels), every_attempt=every_attempt)
+        resume = _ResumePoint()
+        reopens = 0  # re-opens since the daemon last sent an event
+        connected_once = False
+        while not self._closed.is_set():
+            request = service_pb.WatchProbeStatusRequest()
+            request.CopyFrom(base)
+            request.instance_id, request.since_revision = resume.instance_id, resume.revision
+            try:
+                call = self._stub.WatchProbeStatus(request)  # no deadline: it follows until closed
+            except ValueError:  # "closed channel": close() won the race with this re-open
+                return
+            with self._lock:
+                self._watch_calls.add(call)
+            failure: Exception | None = None
+            try:
+                for event in call:
+                    connected_once, reopens = True, 0
+                    resume.see(event)
+                    yield event
+            except grpc.RpcError as exc:
+                if self._closed.is_set():
+                    return
+                failure = self._translate(exc)
+                if not connected_once or not reconnect or not _is_drop(exc):
+                    raise failure from exc
+            finally:
+                call.cancel()  # a consumer that stops iterating (or a KeyboardInterrupt) ends the stream
+                with self._lock:
+                    self._watch_calls.discard(call)
+            if not reconnect:
+                return
+            # The first re-open is immediate (a dropped connection to a live daemon); then back off.
+            delay = 0.0 if reopens == 0 else WATCH_BACKOFF_S[min(reopens, len(WATCH_BACKOFF_S)) - 1]
+            reopens += 1
+            if failure is not None and on_reconnect is not None:
+                on_reconnect(failure, delay)
+            if self._closed.wait(delay):
+                return
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _call(self, method, request, *, timeout_s: float | None = None, metadata=None):
+        try:
+            return method(request, timeout=self.timeout_s if timeout_s is None else timeout_s, metadata=metadata)
+        except grpc.RpcError as exc:
+            raise self._translate(exc) from exc
+
+    def _proxied(self, method, request):
+        """A CRI call through the shim: UNIMPLEMENTED means the shim proxies to no runtime."""
+        try:
+            return method(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                # The shim answered the version call just before: it is the runtime behind it that is away.
+                raise RuntimeUnavailableError(exc.code(), f"the container runtime behind the shim at "
+                                              f"{self.endpoint} does not answer: {exc.details()}") from exc
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: grpc.RpcError) -> Exception:
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE and (_is_transport_failure(details) or self._socket_missing()):
+            return ShimUnavailable(self.endpoint, details, permission_denied="permission denied" in details.lower())
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+            # grpc's own text: the client gave up waiting (the daemon words its timeouts differently).
+            return ShimError(code, f"no answer from the probe shim at {self.endpoint} in time (see -t/--timeout)")
+        if code == grpc.StatusCode.NOT_FOUND:
+            return NotFoundError(code, details)
+        return ShimError(code, details)
+
+
+    def _socket_missing(self) -> bool:
+        return self._socket_path is not None and not os.path.exists(self._socket_path)
+
+
+class _ResumePoint:
+    """Where a re-opened watch may resume: set only from a completed snapshot onwards (a partial one is none)."""
+
+    def __init__(self) -> None:
+        self.instance_id = ""
+        self.revision = 0
+        self._in_snapshot = False
+
+    def see(self, event: service_pb.WatchProbeStatusResponse) -> None:
+        if event.type == service_pb.SNAPSHOT:
+            self._in_snapshot = True
+        elif event.type == service_pb.SNAPSHOT_COMPLETE:
+            self._in_snapshot = False
+            self.instance_id, self.revision = event.instance_id, event.revision
+        elif event.type in (service_pb.UPDATED, service_pb.REMOVED) and not self._in_snapshot and self.instance_id:
+            self.revision = event.revision
+        elif event.type == service_pb.RESYNC and self.instance_id == event.instance_id and event.revision:
+            # Everything matching up to this revision was delivered (status.py's contract).
+            self.revision = max(self.revision, event.revision)
+
+
+def _grpc_target(endpoint: str) -> str:
+    """crictl's endpoint forms (unix:///path, unix:/path, /path, tcp://host:port, host:port) -> a grpc target."""
+    if endpoint.strip() in ("", "none"):
+        raise ValueError(f"endpoint {endpoint!r}: give the probe shim's socket, e.g. {DEFAULT_ENDPOINT}")
+    return upstream_target(endpoint)  # its ValueError names the endpoint and the accepted forms
+
+
+def _is_drop(exc: grpc.RpcError) -> bool:
+    """A stream that ended for reasons of transport or daemon lifetime, worth re-opening."""
+    # CANCELLED that we did not ask for: the daemon cancelled the stream while shutting down.
+    return exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
+
+
+def _is_transport_failure(details: str) -> bool:
+    return details.lower().startswith(_TRANSPORT_FAILURES)
+
+
+def _filter(probe_id: str, pod_sandbox_id: str, container_id: str, probe_type: int,
+            labels: Mapping[str, str] | None) -> service_pb.ProbeFilter:
+    return service_pb.ProbeFilter(probe_id=probe_id, pod_sandbox_id=pod_sandbox_id, container_id=container_id,
+                                  type=probe_type, label_selector=dict(labels or {}))
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())

@@ -1,0 +1,475 @@
+"""What probectl prints: tables, ages, handler summaries, the trace waterfall, JSON and YAML.
+
+Pure: every function takes data (protos, numbers, the current time) and returns text or plain
+dicts, so all of probectl's output is unit-tested without a daemon.
+
+Conventions, chosen to match the tools operators already read:
+- tables as crictl draws them: left-aligned columns 3 spaces apart, ids cut to 13 characters;
+- ages as kubectl's AGE column (apimachinery's duration.HumanDuration: "45s", "3m20s", "2h", "4d");
+- JSON as crictl's `-o json`: protojson with camelCase field names, enum names, unpopulated fields
+  included, 64-bit integers as strings, 2-space indent; YAML is the same data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import yaml
+from google.protobuf import json_format
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.gostrings import go_duration
+
+ID_WIDTH = 13
+COLUMN_GAP = "   "
+NONE = "-"
+OUTPUTS = ("table", "json", "yaml")
+
+# Kubernetes defaults for fields left at 0 in a ProbeSpec (see probe_spec.proto).
+_DEFAULT_PERIOD_MS, _DEFAULT_TIMEOUT_MS, _DEFAULT_FAILURES = 10_000, 1_000, 3
+
+
+# --- plain building blocks -------------------------------------------------------------
+
+def truncate_id(value: str, no_trunc: bool = False) -> str:
+    return value if no_trunc else value[:ID_WIDTH]
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's AGE format: ~2-3 significant figures, a little clock skew reads as "0s"."""
+    whole = int(seconds)
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = hours // 24 // 365, hours // 24 % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(since_ns: int, now_ns: int) -> str:
+    return human_duration((now_ns - since_ns) / 1e9) if since_ns else NONE
+
+
+def format_ms(ns: int) -> str:
+    """Milliseconds with about three significant digits: 0.58ms, 12.3ms, 250ms."""
+    ms = ns / 1e6
+    if ms < 10:
+        return f"{ms:.2f}ms"
+    if ms < 100:
+        return f"{ms:.1f}ms"
+    return f"{ms:.0f}ms"
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def one_line(text: str, limit: int = 80) -> str:
+    """Text from a pod (probe output) made safe for one table cell: no control characters, bounded."""
+    flat = "".join(ch if ch.isprintable() else " " for ch in text.replace("\r\n", " ").replace("\n", " ")).strip()
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns as wide as their widest cell, 3 spaces apart, no trailing blanks."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(fixed_row(row, widths) for row in cells)
+
+
+def fixed_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    """One row with given column widths (for streams, where later rows are not known yet)."""
+    return COLUMN_GAP.join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+
+def key_values(pairs: Iterable[tuple[str, object]]) -> str:
+    """`Key:   value` lines with the values aligned, as crictl version / kubectl describe print."""
+    pairs = [(f"{key}:", str(value)) for key, value in pairs]
+    width = max((len(key) for key, _ in pairs), default=0)
+    return "\n".join(f"{key.ljust(width)}  {value}".rstrip() for key, value in pairs)
+
+
+# --- enum names ------------------------------------------------------------------------
+
+def type_name(probe_type: int) -> str:
+    return NONE if probe_type == spec_pb.PROBE_TYPE_UNSPECIFIED else spec_pb.ProbeType.Name(probe_type).lower()
+
+
+def state_name(state: int) -> str:
+    return spec_pb.ProbeState.Name(state).removeprefix("STATE_").lower()
+
+
+def result_name(result: int) -> str:
+    return spec_pb.AttemptResult.Name(result).removeprefix("RESULT_").lower()
+
+
+def worker_state_name(state: int) -> str:
+    return service_pb.WorkerState.Name(state).removeprefix("WORKER_").lower()
+
+
+def event_name(event_type: int) -> str:
+    return {
+        service_pb.SNAPSHOT: "snapshot", service_pb.SNAPSHOT_COMPLETE: "synced", service_pb.UPDATED: "updated",
+        service_pb.REMOVED: "removed", service_pb.ATTEMPT: "attempt", service_pb.RESYNC: "resync",
+    }.get(event_type, "unknown")
+
+
+# --- probes ----------------------------------------------------------------------------
+
+def _port(ref: spec_pb.PortRef) -> str:
+    return ref.name if ref.WhichOneof("port") == "name" else str(ref.number)
+
+
+def _host_port(host: str, port: str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def handler_text(spec: spec_pb.ProbeSpec) -> str:
+    """The handler as `kubectl describe pod` shows it: `http-get http://:8080/healthz`, `tcp-socket :5432`."""
+    if spec.HasField("http_get"):
+        action = spec.http_get
+        scheme = spec_pb.URIScheme.Name(action.scheme).lower()
+        return f"http-get {scheme}://{_host_port(action.host, _port(action.port))}{action.path or '/'}"
+    if spec.HasField("tcp_socket"):
+        return f"tcp-socket {_host_port(spec.tcp_socket.host, _port(spec.tcp_socket.port))}"
+    if spec.HasField("grpc"):
+        service = f" {spec.grpc.service}" if spec.grpc.service else ""
+        return f"grpc :{spec.grpc.port}{service}"
+    if spec.HasField("exec"):
+        return f"exec {list(spec.exec.command)}"
+    return NONE
+
+
+def timing_text(spec: spec_pb.ProbeSpec) -> str:
+    """kubectl describe's probe attributes, with the Kubernetes defaults filled in."""
+    ms = 1_000_000
+    return (f"delay={go_duration(spec.initial_delay_ms * ms)} "
+            f"timeout={go_duration((spec.timeout_ms or _DEFAULT_TIMEOUT_MS) * ms)} "
+            f"period={go_duration((spec.period_ms or _DEFAULT_PERIOD_MS) * ms)} "
+            f"#success={spec.success_threshold or 1} #failure={spec.failure_threshold or _DEFAULT_FAILURES}")
+
+
+def _has_attempt(probe: service_pb.Probe) -> bool:
+    return probe.last_attempt.started_at_unix_ns != 0
+
+
+def last_result(probe: service_pb.Probe) -> str:
+    return result_name(probe.last_attempt.result) if _has_attempt(probe) else NONE
+
+
+def last_latency(probe: service_pb.Probe) -> str:
+    return format_ms(probe.last_attempt.duration_ns) if _has_attempt(probe) else NONE
+
+
+def successes_failures(probe: service_pb.Probe) -> str:
+    """Attempt totals; a warning (e.g. an unfollowed redirect) counts as a success, as for the kubelet."""
+    return f"{probe.totals.success + probe.totals.warning}/{probe.totals.failure}"
+
+
+def probe_order(probe: service_pb.Probe) -> tuple:
+    """Listing order: by pod, then container, then liveness / readiness / startup."""
+    return (probe.pod_sandbox_id, probe.container_name or probe.container_id, probe.type, probe.probe_id)
+
+
+PS_HEADERS = ("PROBE ID", "POD", "CONTAINER", "TYPE", "HANDLER", "STATE", "LAST", "LATENCY",
+              "SUCCESSES/FAILURES", "AGE")
+
+
+def probe_row(probe: service_pb.Probe, now_ns: int, no_trunc: bool = False) -> list[str]:
+    return [
+        truncate_id(probe.probe_id, no_trunc), truncate_id(probe.pod_sandbox_id, no_trunc),
+        probe.container_name or truncate_id(probe.container_id, no_trunc), type_name(probe.type),
+        handler_text(probe.spec), state_name(probe.state), last_result(probe), last_latency(probe),
+        successes_failures(probe), age(probe.created_at, now_ns),
+    ]
+
+
+def probes_table(probes: Iterable[service_pb.Probe], now_ns: int, no_trunc: bool = False) -> str:
+    return table(PS_HEADERS, (probe_row(p, now_ns, no_trunc) for p in probes))
+
+
+def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> str:
+    """`probectl inspect -o table`: one probe in kubectl-describe style, then its last attempt's waterfall."""
+    spec, worker = probe.spec, probe.worker
+    container = probe.container_name
+    if probe.container_id and probe.container_id != probe.container_name:
+        container = f"{container} ({probe.container_id})" if container else probe.container_id
+    state = f"{state_name(probe.state)} for {age(probe.state_changed_at, now_ns)}"
+    state += f" (consecutive: {probe.consecutive_successes} successes, {probe.consecutive_failures} failures)"
+    if probe.on_hold:
+        state += ", on hold until the container restarts"
+    pid = f" pid {worker.pid}" if worker.pid else ""
+    pairs = [
+        ("Probe ID", probe.probe_id), ("Pod", probe.pod_sandbox_id), ("Container", container or NONE),
+        ("Type", type_name(probe.type)), ("Handler", f"{handler_text(spec)} {timing_text(spec)}"),
+        ("Target", f"{spec_pb.Target.Name(spec.target).lower().replace('_', '-')}, "
+                   f"{spec_pb.IPFamily.Name(spec.ip_family).lower()}"),
+        ("Labels", ",".join(f"{k}={v}" for k, v in sorted(probe.labels.items())) or NONE),
+        ("Created", f"{age(probe.created_at, now_ns)} ago" if probe.created_at else NONE),
+        ("State", state),
+        ("Totals", f"{probe.totals.success} success, {probe.totals.warning} warning, "
+                   f"{probe.totals.failure} failure, {probe.totals.unknown} unknown"),
+        ("Worker", f"{worker_state_name(worker.state)}{pid}, {worker.restarts} restarts"
+                   + (f", last error: {one_line(worker.last_error, 200)}" if worker.last_error else "")),
+    ]
+    if not _has_attempt(probe):
+        return key_values(pairs + [("Last attempt", "none yet")])
+    pairs.append(("Last attempt", f"{age(probe.last_attempt.started_at_unix_ns, now_ns)} ago"))
+    return key_values(pairs) + "\n\n" + attempt_text(probe.last_attempt, probe.last_trace_id, bar)
+
+
+# --- sandboxes and workers -------------------------------------------------------------
+
+def merge_sandboxes(shim: Sequence[service_pb.ProbeSandbox],
+                    runtime: Sequence[cri_pb.PodSandbox] | None) -> list[service_pb.ProbeSandbox]:
+    """The runtime's pods joined with what the shim knows of them (the shim only knows pods it probes)."""
+    if runtime is None:
+        return list(shim)
+    known = {s.id: s for s in shim}
+    merged = []
+    for pod in runtime:
+        entry = service_pb.ProbeSandbox()
+        if pod.id in known:
+            entry.CopyFrom(known.pop(pod.id))
+        else:
+            entry.id = pod.id
+        # The runtime is the authority on a pod's name and life; the shim adds netns, worker, probes.
+        entry.name, entry.namespace, entry.uid = pod.metadata.name, pod.metadata.namespace, pod.metadata.uid
+        entry.ready = pod.state == cri_pb.SANDBOX_READY
+        entry.created_at = pod.created_at or entry.created_at
+        merged.append(entry)
+    merged.extend(known.values())  # probed sandboxes the runtime no longer lists
+    return sorted(merged, key=lambda s: -s.created_at)
+
+
+PODS_HEADERS = ("POD ID", "NAME", "NAMESPACE", "STATE", "NETNS", "WORKER PID", "PROBES", "AGE")
+
+
+def pods_table(sandboxes: Iterable[service_pb.ProbeSandbox], now_ns: int, no_trunc: bool = False) -> str:
+    rows = ([truncate_id(s.id, no_trunc), s.name or NONE, s.namespace or NONE, "Ready" if s.ready else "NotReady",
+             s.netns_path or NONE, s.worker.pid or NONE, s.probes, age(s.created_at, now_ns)] for s in sandboxes)
+    return table(PODS_HEADERS, rows)
+
+
+@dataclass(frozen=True)
+class WorkerUsage:
+    """A worker process as the operator sees its cost (psutil numbers; None when not measurable)."""
+    pid: int
+    pod_sandbox_id: str
+    netns_path: str
+    state: str
+    uptime_s: float | None
+    pss_bytes: int | None
+    cpu_percent: float | None
+    probes: int
+    restarts: int
+
+    def as_dict(self) -> dict:
+        return {"pid": self.pid, "podSandboxId": self.pod_sandbox_id, "netnsPath": self.netns_path,
+                "state": self.state, "uptimeSeconds": self.uptime_s, "pssBytes": self.pss_bytes,
+                "cpuPercent": self.cpu_percent, "probes": self.probes, "restarts": self.restarts}
+
+
+WORKERS_HEADERS = ("PID", "POD", "NETNS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS")
+
+
+def workers_table(workers: Iterable[WorkerUsage], no_trunc: bool = False) -> str:
+    rows = ([w.pid or NONE, truncate_id(w.pod_sandbox_id, no_trunc), w.netns_path or NONE,
+             NONE if w.uptime_s is None else human_duration(w.uptime_s),
+             NONE if w.pss_bytes is None else human_bytes(w.pss_bytes),
+             NONE if w.cpu_percent is None else f"{w.cpu_percent:.1f}", w.probes, w.restarts] for w in workers)
+    return table(WORKERS_HEADERS, rows)
+
+
+# --- one attempt: summary and waterfall ------------------------------------------------
+
+@dataclass(frozen=True)
+class WaterfallRow:
+    depth: int
+    name: str
+    start_ns: int
+    duration_ns: int
+    detail: str
+    error: str
+
+
+def flatten_phases(phases: Iterable[spec_pb.Phase], depth: int = 0) -> list[WaterfallRow]:
+    rows = []
+    for phase in phases:
+        rows.append(WaterfallRow(depth, phase.name, phase.start_offset_ns, phase.duration_ns, phase.detail, phase.error))
+        rows.extend(flatten_phases(phase.children, depth + 1))
+    return rows
+
+
+def timeline_bar(start_ns: int, duration_ns: int, total_ns: int, width: int, bar: str = "█") -> str:
+    """A phase's place in the attempt: `|  ████    |`; every phase gets at least one cell."""
+    total_ns = max(total_ns, 1)
+    offset = min(width - 1, max(0, start_ns * width // total_ns))
+    length = min(width - offset, max(1, round(duration_ns * width / total_ns)))
+    return "|" + " " * offset + bar * length + " " * (width - offset - length) + "|"
+
+
+WATERFALL_HEADERS = ("PHASE", "START", "DURATION", "TIMELINE", "DETAIL")
+
+
+def waterfall(attempt: spec_pb.Attempt, width: int = 40, bar: str = "█") -> str:
+    """The attempt's phases on one time axis; nested phases (redirect hops) indented under their parent."""
+    rows = flatten_phases(attempt.phases)
+    if not rows:
+        return "(no phases recorded)"
+    total = max([attempt.duration_ns] + [r.start_ns + r.duration_ns for r in rows])
+    cells = [
+        ["  " * r.depth + r.name, format_ms(r.start_ns), format_ms(r.duration_ns),
+         timeline_bar(r.start_ns, r.duration_ns, total, width, bar),
+         f"error: {one_line(r.error, 120)}" if r.error else one_line(r.detail, 120)]
+        for r in rows
+    ]
+    return table(WATERFALL_HEADERS, cells)
+
+
+def attempt_text(attempt: spec_pb.Attempt, trace_id: str = "", bar: str = "█") -> str:
+    """`probectl exec`'s default output: result, output, address, then the waterfall."""
+    pairs: list[tuple[str, object]] = [("Result", result_name(attempt.result))]
+    output_lines = attempt.output.splitlines()
+    if len(output_lines) <= 1:
+        pairs.append(("Output", one_line(attempt.output, 1000) or NONE))
+    pairs += [("Address", attempt.address or NONE), ("Duration", format_ms(attempt.duration_ns))]
+    if attempt.http_status_code:
+        pairs.append(("HTTP status", attempt.http_status_code))
+    if attempt.grpc_status:
+        pairs.append(("gRPC status", attempt.grpc_status))
+    if trace_id:
+        pairs.append(("Trace ID", trace_id))
+    text = key_values(pairs)
+    if len(output_lines) > 1:
+        text += "\nOutput:\n" + "\n".join("  " + one_line(line, 1000) for line in output_lines)
+    return text + "\n\n" + waterfall(attempt, bar=bar)
+
+
+def phase_dict(phase: spec_pb.Phase) -> dict:
+    return {"name": phase.name, "start_ms": phase.start_offset_ns / 1e6, "duration_ms": phase.duration_ns / 1e6,
+            "detail": phase.detail, "error": phase.error, "children": [phase_dict(c) for c in phase.children]}
+
+
+def _rfc3339(unix_ns: int) -> str:
+    if not unix_ns:
+        return ""
+    moment = datetime.datetime.fromtimestamp(unix_ns // 1_000_000_000, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{unix_ns % 1_000_000_000:09d}Z"
+
+
+def exec_result(response: service_pb.ExecProbeResponse) -> dict:
+    """`probectl exec -o json`: a result object for scripts (keys fixed by the issue, grpc_health_probe style)."""
+    attempt = response.attempt
+    return {
+        "result": result_name(attempt.result), "output": attempt.output,
+        "duration_ms": attempt.duration_ns / 1e6, "address": attempt.address,
+        "started_at": _rfc3339(attempt.started_at_unix_ns), "http_status_code": attempt.http_status_code,
+        "grpc_status": attempt.grpc_status, "trace_id": response.trace_id, "span_id": response.span_id,
+        "trace": [phase_dict(p) for p in attempt.phases],
+    }
+
+
+# --- watch -----------------------------------------------------------------------------
+
+WATCH_HEADERS = ("TIME", "EVENT", "PROBE ID", "POD", "CONTAINER", "TYPE", "STATE", "LAST", "LATENCY", "OUTPUT")
+_WATCH_WIDTHS = (12, 8, ID_WIDTH, ID_WIDTH, 10, 9, 7, 7, 8, 0)
+
+
+def watch_widths(no_trunc: bool = False) -> tuple[int, ...]:
+    # Full ids have no fixed length; a stream cannot measure rows it has not seen, so those columns just grow.
+    return _WATCH_WIDTHS if not no_trunc else tuple(0 if h in ("PROBE ID", "POD") else w
+                                                      for h, w in zip(WATCH_HEADERS, _WATCH_WIDTHS))
+
+
+def clock(now_ns: int) -> str:
+    return datetime.datetime.fromtimestamp(now_ns / 1e9).strftime("%H:%M:%S.%f")[:-3]
+
+
+def watch_header(no_trunc: bool = False) -> str:
+    return fixed_row(WATCH_HEADERS, watch_widths(no_trunc))
+
+
+def event_line(event: service_pb.WatchProbeStatusResponse, now_ns: int, no_trunc: bool = False) -> str:
+    """One watch event as one line under watch_header()."""
+    widths = watch_widths(no_trunc)
+    name = event_name(event.type)
+    if event.type in (service_pb.SNAPSHOT_COMPLETE, service_pb.RESYNC):
+        return fixed_row([clock(now_ns), name, f"revision {event.revision}"], widths)
+    probe = event.probe
+    ident = [clock(now_ns), name, truncate_id(probe.probe_id, no_trunc), truncate_id(probe.pod_sandbox_id, no_trunc),
+             probe.container_name or truncate_id(probe.container_id, no_trunc) or NONE, type_name(probe.type)]
+    if event.type == service_pb.REMOVED:
+        return fixed_row(ident, widths)
+    output = one_line(probe.last_attempt.output, 60) if _has_attempt(probe) else ""
+    return fixed_row(ident + [state_name(probe.state), last_result(probe), last_latency(probe), output], widths)
+
+
+# --- JSON and YAML ---------------------------------------------------------------------
+
+def message_dict(message) -> dict:
+    """protojson, as crictl prints it (EmitDefaultValues): camelCase, enum names, every field present,
+    in field-number order as Go's protojson writes them (Python's puts unpopulated fields last)."""
+    return _in_field_order(message.DESCRIPTOR,
+                           json_format.MessageToDict(message, always_print_fields_with_no_presence=True))
+
+
+def _in_field_order(descriptor, data: dict) -> dict:
+    ordered = {}
+    for field in sorted(descriptor.fields, key=lambda f: f.number):
+        if field.json_name not in data:
+            continue
+        value = data[field.json_name]
+        nested = field.message_type
+        if nested is not None and not nested.GetOptions().map_entry:
+            value = ([_in_field_order(nested, v) for v in value] if isinstance(value, list)
+                     else _in_field_order(nested, value))
+        elif nested is not None and nested.fields_by_name["value"].message_type is not None:
+            value = {k: _in_field_order(nested.fields_by_name["value"].message_type, v) for k, v in value.items()}
+        ordered[field.json_name] = value
+    return ordered
+
+
+def to_json(data, indent: int | None = 2) -> str:
+    return json.dumps(data, indent=indent, ensure_ascii=False)
+
+
+def to_yaml(data) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False).rstrip("\n")
+
+
+def structured(data, output: str) -> str:
+    """data (plain dicts from message_dict and friends) as `-o json` or `-o yaml`."""
+    if output == "json":
+        return to_json(data)
+    if output == "yaml":
+        return to_yaml(data)
+    raise ValueError(f"not a structured output: {output!r}")
