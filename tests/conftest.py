@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
+from tests.daemon_env import DaemonProcess
 from tests.netns_env import PodNetns, netns_unavailable_reason, remove_stale_namespaces
 from tests.worker_harness import WorkerHarness
 
@@ -52,3 +53,11 @@ def make_worker():
 def worker(pod_netns, make_worker):
     """A real worker inside pod_netns, with the netns's IPs as the sandbox's pod IPs."""
     return make_worker(pod_netns.path, pod_ips=pod_netns.pod_ips, sandbox_id="test-sandbox")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A real `probe-shim serve --runtime-endpoint none` on a socket in tmp_path."""
+    d = DaemonProcess(tmp_path).start()
+    yield d
+    d.stop()

@@ -32,13 +32,6 @@ WATCH_DEADLINE_S = 30
 
 
 @pytest.fixture
-def daemon(tmp_path):
-    d = DaemonProcess(tmp_path).start()
-    yield d
-    d.stop()
-
-
-@pytest.fixture
 def client(daemon):
     with ProbeShimClient(f"unix://{daemon.socket_path}", timeout_s=10) as c:
         yield c

@@ -22,13 +22,6 @@ from tests.netns_env import listen
 pytestmark = pytest.mark.netns
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    d = DaemonProcess(tmp_path).start()
-    yield d
-    d.stop()
-
-
 def worker_processes(daemon_pid):
     return [p for p in psutil.Process(daemon_pid).children(recursive=True)]
 

@@ -39,13 +39,6 @@ class Result:
 
 
 @pytest.fixture
-def daemon(tmp_path):
-    d = DaemonProcess(tmp_path).start()
-    yield d
-    d.stop()
-
-
-@pytest.fixture
 def probectl(daemon, capsys):
     """main(argv) in-process against the test daemon, with its output captured."""
     def run(*args: str) -> Result:
