@@ -1,12 +1,35 @@
-# Set-up and checks for cri-probe-shim. On a fresh Debian 12 machine as root,
-# `make test` and `make run` install everything they need first.
+# Set-up and checks for cri-probe-shim. On a fresh Debian 12 machine, `make test` and
+# `make run` do all the set-up they need: a virtualenv in .venv, the project installed
+# in it, and (as root) the Debian packages the tests use.
 PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
 APT_PACKAGES := iproute2 openssl containerd runc containernetworking-plugins busybox-static
-STAMP := .deps-installed
+PYTEST_ARGS ?=
 
-.PHONY: deps test run demo bench protos clean
+# Root can use the real paths; anyone else gets a local ./run directory.
+ifeq ($(shell [ -w /run ] && [ -w /var/lib ] && echo yes),yes)
+  RUN_SOCKET := /run/probe-shim/probe-shim.sock
+  RUN_STATE := /var/lib/probe-shim
+else
+  RUN_SOCKET := $(CURDIR)/run/probe-shim.sock
+  RUN_STATE := $(CURDIR)/run/state
+endif
 
-$(STAMP): pyproject.toml
+.PHONY: system-deps test e2e run demo bench protos clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@ $(VENV)/.installed
+
+system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 		if [ -n "$$missing" ]; then \
@@ -14,31 +37,39 @@ $(STAMP): pyproject.toml
 			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 		fi; \
-	else echo "not root or no apt-get: skipping Debian packages ($(APT_PACKAGES))"; fi
-	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]'
-	@touch $@
-
-deps: $(STAMP)
+	else echo "not root or no apt-get: not installing $(APT_PACKAGES); tests that need them skip"; fi
 
 # pytest exits 5 when it collected no test; that is not a failure of the code.
-test: $(STAMP)
-	$(PYTHON) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
+test: system-deps $(VENV)/.installed-test
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# The daemon on its embedded default: no container runtime, a pod sandbox id is the
-# name of a network namespace under /var/run/netns (create one with `ip netns add`).
-run: $(STAMP)
-	probe-shim serve --runtime-endpoint none --state-dir /var/lib/probe-shim
+e2e: system-deps $(VENV)/.installed-test
+	$(PY) -m pytest -q -ra -m e2e tests/e2e $(PYTEST_ARGS)
+
+# The daemon in the foreground on its embedded default: no container runtime, a pod
+# sandbox id is the name of a network namespace under /var/run/netns.
+run: $(VENV)/.installed
+	@mkdir -p $(dir $(RUN_SOCKET)) $(RUN_STATE)
+	@echo "probe-shim: serving unix://$(RUN_SOCKET) (state in $(RUN_STATE)); try, in another shell:"
+	@echo "  ip netns add demo && ip -n demo link set lo up"
+	@echo "  $(VENV)/bin/probectl -r unix://$(RUN_SOCKET) run --pod demo --container app --type readiness --tcp 8080"
+	@echo "  $(VENV)/bin/probectl -r unix://$(RUN_SOCKET) ps"
+	@echo "  $(VENV)/bin/probectl -r unix://$(RUN_SOCKET) exec --pod demo --http-get :8080/healthz"
+	$(VENV)/bin/probe-shim serve --runtime-endpoint none --listen unix://$(RUN_SOCKET) --state-dir $(RUN_STATE)
 
 # The engine alone: a throwaway netns with HTTP/TCP/gRPC servers, probed by one worker.
-demo: $(STAMP)
-	$(PYTHON) bench/probe_latency.py --count 5 --verbose
+demo: $(VENV)/.installed-test
+	$(PY) bench/probe_latency.py --count 5 --verbose
 
-bench: $(STAMP)
-	$(PYTHON) bench/probe_latency.py --count 500
+bench: $(VENV)/.installed-test
+	$(PY) bench/probe_latency.py --count 500
+	$(PY) bench/first_attempt.py --sandboxes 30
+	$(PY) bench/proxy_latency.py --count 2000
+	$(PY) bench/worker_memory.py --sandboxes 10 100
 
-protos:
-	$(PYTHON) -m cri_proto.generate
+protos: $(VENV)/.installed-test
+	$(PY) -m cri_proto.generate
 
 clean:
-	rm -f $(STAMP)
+	rm -rf $(VENV) run
