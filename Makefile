@@ -58,9 +58,9 @@ run: $(VENV)/.installed
 	@echo "  $(VENV)/bin/probectl -r unix://$(RUN_SOCKET) exec --pod demo --http-get :8080/healthz"
 	$(VENV)/bin/probe-shim serve --runtime-endpoint none --listen unix://$(RUN_SOCKET) --state-dir $(RUN_STATE)
 
-# The engine alone: a throwaway netns with HTTP/TCP/gRPC servers, probed by one worker.
+# A probectl session in a throwaway netns: apply examples/pod.yaml, ps, exec with its waterfall.
 demo: $(VENV)/.installed-test
-	$(PY) bench/probe_latency.py --count 5 --verbose
+	$(PY) examples/demo.py
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/probe_latency.py --count 500
