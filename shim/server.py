@@ -31,6 +31,7 @@ from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.metrics import ShimMetrics
 from shim.registry import ProbeRegistry
 from shim.sandboxes import CriSandboxes, NetnsSandboxes
+from shim.sdnotify import Notifier
 from shim.status import StatusBoard
 from shim.store import ProbeStore, StoreError
 from shim.supervisor import WorkerSupervisor
@@ -80,6 +81,8 @@ def _open_store(path: str) -> ProbeStore:
 
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
+    # Read (and removed from the environment) before the zygote starts: no worker inherits it.
+    notifier = Notifier.from_environment()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -140,7 +143,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
                                    "instance_id": board.instance_id, "state_dir": config.state_dir})
         if ready is not None:
             ready.set()
+        notifier.ready(f"serving on {config.listen}")
+        tasks.append(asyncio.create_task(notifier.keep_alive()))
         await stop.wait()
+        notifier.stopping()
         log.info("stopping")
     finally:
         for task in tasks:
