@@ -108,6 +108,8 @@ class ProbeRegistry:
         self._sandbox_info: dict[str, SandboxInfo] = {}
         self._restarts_seen: dict[str, int] = {}
         self._traceparents: dict[str, str] = {}
+        # Sandboxes the kubelet stopped: a CRI sandbox never runs again, so their workers are never resumed.
+        self._stopped: set[str] = set()
 
     # --- API -----------------------------------------------------------------------
 
@@ -203,7 +205,9 @@ class ProbeRegistry:
         if kind == "remove":
             async with self._lock:
                 await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
+            self._stopped.discard(sandbox_id)
         else:
+            self._stopped.add(sandbox_id)
             await self.supervisor.stop_sandbox(sandbox_id)
 
     async def reconcile(self) -> None:
@@ -222,7 +226,8 @@ class ProbeRegistry:
                 log.info("sandbox is gone; dropping its probes", extra={"sandbox": sid})
                 async with self._lock:
                     await self._remove([p.probe_id for p in self._probes_of(sid)])
-            elif sid not in running:
+                self._stopped.discard(sid)
+            elif sid not in running and sid not in self._stopped:
                 await self._resume_sandbox(sid)
 
     async def restore(self) -> None:
@@ -248,6 +253,8 @@ class ProbeRegistry:
         except RuntimeUnavailable as exc:
             log.warning("cannot resume sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
             return
+        if sandbox_id in self._stopped:
+            return  # stopped while we asked the runtime: the runtime's READY was stale
         self._sandbox_info[sandbox_id] = sandbox
         # Jittered start, as the kubelet does after its own restart: no thundering herd.
         await self._start(sandbox, self._probes_of(sandbox_id), start_now=False)
@@ -344,7 +351,8 @@ class ProbeRegistry:
                 probe.type, container=probe.container_name, pod=info.name if info else "",
                 namespace=info.namespace if info else "", pod_uid=info.uid if info else "",
             )
-        for sid in list(self._sandbox_info):
-            if not self._probes_of(sid):
+        for sid in list(self._sandbox_info) + list(self._stopped):
+            if not self._probes_of(sid):  # nothing left to remember about a sandbox without probes
                 self._sandbox_info.pop(sid, None)
+                self._stopped.discard(sid)
         self._metrics.set_probes(len(self._board))
