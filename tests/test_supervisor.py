@@ -8,6 +8,7 @@ wait bounded, never a sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -121,6 +122,17 @@ def make_supervisor(rec: Recorder, **options) -> WorkerSupervisor:
     return WorkerSupervisor(factory, rec.on_event, rec.on_worker, **options)
 
 
+@contextlib.asynccontextmanager
+async def supervised(**options):
+    """A supervisor recording into a fresh Recorder, closed whatever the test does."""
+    rec = Recorder()
+    supervisor = make_supervisor(rec, **options)
+    try:
+        yield rec, supervisor
+    finally:
+        await supervisor.close()
+
+
 def target(ns, sandbox_id: str = "sb1") -> SandboxTarget:
     return SandboxTarget(sandbox_id=sandbox_id, netns_path=ns.path, pod_ips=ns.pod_ips)
 
@@ -139,9 +151,7 @@ def test_worker_spawned_through_the_zygote_probes_inside_the_netns(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             await supervisor.start()
             status = await supervisor.ensure(target(pod_netns))
             assert status.state == RUNNING and status.restarts == 0
@@ -155,8 +165,6 @@ def test_worker_spawned_through_the_zygote_probes_inside_the_netns(pod_netns):
             assert report.attempt.address == f"{pod_netns.ipv4}:{server.port}"
             # Events arrive in the worker's order: the "registered" state change first.
             assert [s.state for _, s in rec.history] == [service_pb.WORKER_STARTING, RUNNING]
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -164,9 +172,7 @@ def test_worker_spawned_through_the_zygote_probes_inside_the_netns(pod_netns):
 @pytest.mark.netns
 def test_rejected_probe_is_not_kept(pod_netns):
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
             bad = tcp_reg("p1", 80)
             bad.spec.period_ms = -1
@@ -174,8 +180,6 @@ def test_rejected_probe_is_not_kept(pod_netns):
                 await supervisor.add_probe("sb1", bad)
             with pytest.raises(WorkerRejected):
                 await supervisor.run_once(target(pod_netns), bad, timeout_s=5)
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -185,9 +189,7 @@ def test_killed_worker_is_restarted_with_its_probes(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec, backoff_initial_s=1.0)
-        try:
+        async with supervised(backoff_initial_s=1.0) as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
             await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
             await rec.attempt("sb1", "p1")
@@ -207,8 +209,6 @@ def test_killed_worker_is_restarted_with_its_probes(pod_netns):
             await rec.attempt("sb1", "p1", spec_pb.RESULT_SUCCESS)
             await rec.attempt("sb1", "p2", spec_pb.RESULT_SUCCESS)
             assert WorkerExit(pid=old_pid, signal=signal.SIGKILL) in rec.exits
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -218,9 +218,7 @@ def test_hung_worker_is_detected_by_missed_heartbeats_and_replaced(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec, heartbeat_timeout_s=0.5)
-        try:
+        async with supervised(heartbeat_timeout_s=0.5) as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
             await supervisor.add_probe("sb1", tcp_reg("p1", server.port, period_ms=1000))
             old_pid = supervisor.status("sb1").pid
@@ -232,8 +230,6 @@ def test_hung_worker_is_detected_by_missed_heartbeats_and_replaced(pod_netns):
             running = await rec.status("sb1", lambda s: s.state == RUNNING, mark)
             assert running.restarts == 1 and running.pid != old_pid
             await rec.attempt("sb1", "p1", spec_pb.RESULT_SUCCESS)
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -243,9 +239,7 @@ def test_dead_zygote_is_replaced_and_workers_come_back(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             for sid in ("sb1", "sb2"):
                 await supervisor.ensure(target(pod_netns, sid))
                 await supervisor.add_probe(sid, tcp_reg("p-" + sid, server.port))
@@ -264,8 +258,6 @@ def test_dead_zygote_is_replaced_and_workers_come_back(pod_netns):
             rec.drain_events()
             for sid in ("sb1", "sb2"):
                 await rec.attempt(sid, "p-" + sid, spec_pb.RESULT_SUCCESS)
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -274,9 +266,7 @@ def test_missing_netns_is_failed_with_the_workers_message_and_retried():
     missing = "/var/run/netns/cps-supervisor-does-not-exist"
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             status = await supervisor.ensure(SandboxTarget("gone", missing, []))
             assert status.state == FAILED
             assert status.last_error == f"cannot open network namespace {missing}: No such file or directory"
@@ -286,8 +276,6 @@ def test_missing_netns_is_failed_with_the_workers_message_and_retried():
                 await supervisor.run_once(SandboxTarget("gone", missing, []), tcp_reg("", 80), timeout_s=5)
             await supervisor.stop_sandbox("gone")
             assert supervisor.status("gone").state == NONE and supervisor.sandbox_ids() == []
-        finally:
-            await supervisor.close()
         assert not os.path.exists(missing)
 
     asyncio.run(main())
@@ -298,9 +286,7 @@ def test_stop_sandbox_shuts_the_worker_down_gracefully(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
             await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
             pid = supervisor.status("sb1").pid
@@ -310,8 +296,6 @@ def test_stop_sandbox_shuts_the_worker_down_gracefully(pod_netns):
             assert (sid, last.state, last.pid) == ("sb1", NONE, 0)
             assert supervisor.status("sb1").state == NONE and supervisor.sandbox_ids() == []
             await supervisor.stop_sandbox("sb1")  # idempotent
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -321,9 +305,7 @@ def test_removing_the_last_probe_stops_the_worker(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
             await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
             await supervisor.add_probe("sb1", tcp_reg("p2", server.port))
@@ -333,8 +315,6 @@ def test_removing_the_last_probe_stops_the_worker(pod_netns):
             await supervisor.remove_probe("sb1", "p2")
             assert supervisor.status("sb1").state == NONE
             assert WorkerExit(pid=pid, exit_code=0) in rec.exits
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -344,9 +324,7 @@ def test_run_once_spawns_a_worker_for_the_attempt_only(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
-        try:
+        async with supervised() as (rec, supervisor):
             reg = tcp_reg("", server.port)
             attempt = await supervisor.run_once(target(pod_netns), reg, timeout_s=5)
             assert attempt.result == spec_pb.RESULT_SUCCESS
@@ -359,8 +337,6 @@ def test_run_once_spawns_a_worker_for_the_attempt_only(pod_netns):
             pid = supervisor.status("sb1").pid
             assert (await supervisor.run_once(target(pod_netns), reg, timeout_s=5)).result == spec_pb.RESULT_SUCCESS
             assert supervisor.status("sb1").pid == pid
-        finally:
-            await supervisor.close()
 
     asyncio.run(main())
 
@@ -370,10 +346,8 @@ def test_close_leaves_no_process_behind(pod_netns):
     server = listen(pod_netns)
 
     async def main():
-        rec = Recorder()
-        supervisor = make_supervisor(rec)
         pids = []
-        try:
+        async with supervised() as (rec, supervisor):
             for sid in ("sb1", "sb2", "sb3"):
                 await supervisor.ensure(target(pod_netns, sid))
                 await supervisor.add_probe(sid, tcp_reg("p", server.port))
@@ -381,8 +355,6 @@ def test_close_leaves_no_process_behind(pod_netns):
             zygote = supervisor.zygote
             pids.append(zygote.pid)
             assert psutil.Process(zygote.pid).status() != psutil.STATUS_ZOMBIE
-        finally:
-            await supervisor.close()
         assert [pid for pid in pids if psutil.pid_exists(pid)] == []
         assert await zygote.died == "zygote exited with code 0"
         assert psutil.Process().children(recursive=True) == [p for p in psutil.Process().children(recursive=True)
