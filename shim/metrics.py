@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -107,6 +107,10 @@ class ShimMetrics:
 
     def set_watchers(self, n: int) -> None:
         self._watchers.set(n)
+
+    def count_watchers_with(self, count: Callable[[], int]) -> None:
+        """Reads the number of watchers at scrape time, so nothing has to poll it."""
+        self._watchers.set_function(count)
 
     def set_probes(self, n: int) -> None:
         self._probes.set(n)

@@ -135,10 +135,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         for name in ("", PROBE_SERVICE):
             await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if config.metrics_listen:
-            metrics.set_watchers(0)
+            metrics.count_watchers_with(lambda: board.watcher_count)
             metrics_server = await metrics.serve(config.metrics_listen)
         tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
-        tasks.append(asyncio.create_task(_report_watchers(board, metrics)))
         log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
                                    "instance_id": board.instance_id, "state_dir": config.state_dir})
         if ready is not None:
@@ -173,9 +172,3 @@ async def _reconcile_forever(registry: ProbeRegistry, interval_s: float) -> None
             await registry.reconcile()
         except Exception:  # one failed pass must not end reconciling
             log.exception("reconcile failed")
-
-
-async def _report_watchers(board: StatusBoard, metrics: ShimMetrics) -> None:
-    while True:
-        metrics.set_watchers(board.watcher_count)
-        await asyncio.sleep(1)
