@@ -428,6 +428,21 @@ def go_status_line(line: bytes) -> int | str:
     return int(code)
 
 
+def status_line_error(head: bytes) -> str | None:
+    """Go's verdict on the status line as soon as it is complete, before any header.
+
+    Go reads the status line alone and fails at once on a bad one; h11 waits for
+    the whole head. Without this, a server that sends one line and then waits (an
+    SSH or SMTP banner on the probed port) would fail only at the timeout, with
+    the timeout's text. None while the line is incomplete or fine.
+    """
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return None
+    status = go_status_line(line)
+    return transport_broken(status) if isinstance(status, str) else None
+
+
 def _valid_http_version(proto: str) -> bool:
     return proto in ("HTTP/1.1", "HTTP/1.0") or re.fullmatch(r"HTTP/[0-9]\.[0-9]", proto) is not None
 

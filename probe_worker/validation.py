@@ -13,7 +13,10 @@ Our additions to the Kubernetes rules, each marked `# addition` below:
 - period_ms below 10 and (effective) timeout_ms below 1 are rejected, because our
   durations are milliseconds where Kubernetes has whole seconds;
 - header values containing CR, LF or NUL are rejected;
-- unknown enum numbers (probe type, target, ip_family) are reported as unsupported.
+- unknown enum numbers (probe type, target, ip_family) are reported as unsupported;
+- size limits on every string and list Kubernetes leaves unbounded, an upper bound on
+  durations, and a path that must start with "/" (the MAX_* constants below); values
+  echoed in messages are cut to MAX_ECHOED_BYTES.
 """
 
 from __future__ import annotations
@@ -38,6 +41,23 @@ MIN_PERIOD_MS = 10
 # negatives are already refused, so this only guards the defaults themselves.
 MIN_TIMEOUT_MS = 1
 
+# addition: limits. Every byte of a registration is held in memory, written to the
+# store, sent to every watcher and may be echoed in an error message, and none of
+# these fields has a bound in Kubernetes. Each limit is far above any real probe.
+MAX_PATH_BYTES = 2048                 # a URL longer than this is refused by most servers anyway
+MAX_HOST_BYTES = 253                  # the longest DNS name
+MAX_HTTP_HEADERS = 64
+MAX_HEADER_NAME_BYTES = 256
+MAX_HEADER_VALUE_BYTES = 4096         # room for a bearer token
+MAX_HEADERS_TOTAL_BYTES = 16384       # names and values together; servers commonly cap at 8-16 KiB
+MAX_GRPC_SERVICE_BYTES = 1024
+# The longest duration a Kubernetes Probe can hold (int32 seconds), in ms: anything the
+# API server accepts is accepted here, and ms * 1e6 stays far inside int64 nanoseconds.
+MAX_DURATION_MS = (2**31 - 1) * 1000
+# Error messages go back as gRPC status details (clients cap metadata at 8 KiB) and into
+# logs: a bad value is quoted only up to this many bytes.
+MAX_ECHOED_BYTES = 256
+
 _HANDLER_FIELDS = ("exec", "http_get", "tcp_socket", "grpc")  # validateHandler's order
 _PROBE_TYPE_NAMES = {spec_pb.LIVENESS: "LIVENESS", spec_pb.READINESS: "READINESS",
                      spec_pb.STARTUP: "STARTUP"}
@@ -53,7 +73,12 @@ _HEADER_NAME_RE = re.compile(_HEADER_NAME_FMT)
 _PORT_NAME_CHARSET_RE = re.compile("[-a-z0-9]+")
 _PORT_NAME_LETTER_RE = re.compile("[a-z]")
 _HEADER_VALUE_FORBIDDEN = ("\r", "\n", "\0")
+# Go's url.Parse refuses these bytes (stringContainsCTLByte): such a probe could never run.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
+_DURATION_FIELDS = ("initial_delay_ms", "timeout_ms", "period_ms")
 
+_CONTROL_MSG = "must not contain control characters"
+_MAX_DURATION_MSG = f"must be no more than {MAX_DURATION_MS} (2147483647 s, the most a Kubernetes probe can hold)"
 _EXEC_DETAIL = "exec probes are run by the container runtime, not by cri-probe-shim"
 
 
@@ -93,10 +118,15 @@ def validate_probe(probe_type: int, spec: spec_pb.ProbeSpec, root: str = "spec")
         value = getattr(spec, name)
         if value < 0:
             errors.append(FieldError.invalid(f"{root}.{name}", value, _NEGATIVE_MSG))
+        elif name in _DURATION_FIELDS and value > MAX_DURATION_MS:  # addition
+            errors.append(FieldError.invalid(f"{root}.{name}", value, _MAX_DURATION_MSG))
     has_grace = spec.HasField("termination_grace_period_ms")
     if has_grace and spec.termination_grace_period_ms <= 0:
         errors.append(FieldError.invalid(f"{root}.termination_grace_period_ms",
                                          spec.termination_grace_period_ms, "must be greater than 0"))
+    elif has_grace and spec.termination_grace_period_ms > MAX_DURATION_MS:  # addition
+        errors.append(FieldError.invalid(f"{root}.termination_grace_period_ms",
+                                         spec.termination_grace_period_ms, _MAX_DURATION_MSG))
 
     # validateLivenessProbe / validateStartupProbe / validateReadinessProbe. The API
     # server validates after defaulting, so an unset (0) success threshold is 1 here.
@@ -165,24 +195,69 @@ def _validate_http_get(action: spec_pb.HTTPGetAction, path: str) -> list[FieldEr
     errors = _validate_port_ref(action.port, f"{path}.port")
     if action.scheme not in (spec_pb.HTTP, spec_pb.HTTPS):
         errors.append(FieldError.not_supported(f"{path}.scheme", action.scheme, _SCHEME_NAMES))
-    headers_path = f"{path}.http_headers"
-    for index, header in enumerate(action.http_headers):
-        if not _HEADER_NAME_RE.fullmatch(header.name):
-            errors.append(FieldError.invalid(headers_path, header.name, _HEADER_NAME_MSG))
-        if any(char in header.value for char in _HEADER_VALUE_FORBIDDEN):
-            # addition. The value itself is left out of the message: header values
-            # carry credentials (Authorization) and these errors end up in logs.
-            errors.append(FieldError.invalid(f"{headers_path}[{index}].value", OMIT_VALUE,
-                                             "must not contain CR, LF or NUL characters"))
+    errors += _validate_headers(action.http_headers, f"{path}.http_headers")
+    errors += _validate_url_path(action.path, f"{path}.path")  # addition
+    errors += _validate_host(action.host, f"{path}.host")  # addition
     return errors
 
 
+def _validate_headers(headers, path: str) -> list[FieldError]:
+    if len(headers) > MAX_HTTP_HEADERS:  # addition; the items are not looked at
+        return [FieldError.too_many(path, len(headers), MAX_HTTP_HEADERS)]
+    errors = []
+    total = 0
+    for index, header in enumerate(headers):
+        name_bytes, value_bytes = _utf8_len(header.name), _utf8_len(header.value)
+        total += name_bytes + value_bytes
+        if name_bytes > MAX_HEADER_NAME_BYTES:  # addition
+            errors.append(FieldError.too_long(f"{path}[{index}].name", MAX_HEADER_NAME_BYTES))
+        elif not _HEADER_NAME_RE.fullmatch(header.name):
+            errors.append(FieldError.invalid(path, header.name, _HEADER_NAME_MSG))
+        if value_bytes > MAX_HEADER_VALUE_BYTES:  # addition
+            errors.append(FieldError.too_long(f"{path}[{index}].value", MAX_HEADER_VALUE_BYTES))
+        elif any(char in header.value for char in _HEADER_VALUE_FORBIDDEN):
+            # addition. The value itself is left out of the message: header values
+            # carry credentials (Authorization) and these errors end up in logs.
+            errors.append(FieldError.invalid(f"{path}[{index}].value", OMIT_VALUE,
+                                             "must not contain CR, LF or NUL characters"))
+    if total > MAX_HEADERS_TOTAL_BYTES:  # addition
+        errors.append(FieldError.too_long(path, MAX_HEADERS_TOTAL_BYTES))
+    return errors
+
+
+def _validate_url_path(url_path: str, path: str) -> list[FieldError]:
+    if _utf8_len(url_path) > MAX_PATH_BYTES:
+        return [FieldError.too_long(path, MAX_PATH_BYTES)]
+    errors = []
+    if url_path and not url_path.startswith("/"):
+        errors.append(FieldError.invalid(path, url_path, "must be an absolute path: start with '/'"))
+    if _CONTROL_RE.search(url_path):
+        errors.append(FieldError.invalid(path, url_path, _CONTROL_MSG))
+    return errors
+
+
+def _validate_host(host: str, path: str) -> list[FieldError]:
+    if _utf8_len(host) > MAX_HOST_BYTES:
+        return [FieldError.too_long(path, MAX_HOST_BYTES)]
+    if _CONTROL_RE.search(host):
+        return [FieldError.invalid(path, host, _CONTROL_MSG)]
+    return []
+
+
 def _validate_tcp_socket(action: spec_pb.TCPSocketAction, path: str) -> list[FieldError]:
-    return _validate_port_ref(action.port, f"{path}.port")
+    return _validate_port_ref(action.port, f"{path}.port") + _validate_host(action.host, f"{path}.host")
 
 
 def _validate_grpc(action: spec_pb.GRPCAction, path: str) -> list[FieldError]:
-    return _port_number_errors(action.port, f"{path}.port")
+    errors = _port_number_errors(action.port, f"{path}.port")
+    if _utf8_len(action.service) > MAX_GRPC_SERVICE_BYTES:  # addition
+        errors.append(FieldError.too_long(f"{path}.service", MAX_GRPC_SERVICE_BYTES))
+    return errors
+
+
+def _utf8_len(text: str) -> int:
+    """Limits count bytes, as they go on the wire, not characters."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 _HANDLER_VALIDATORS = {
@@ -231,6 +306,8 @@ class FieldError:
     INVALID = "Invalid value"
     NOT_SUPPORTED = "Unsupported value"
     FORBIDDEN = "Forbidden"
+    TOO_LONG = "Too long"
+    TOO_MANY = "Too many"
 
     type: str
     path: str
@@ -256,10 +333,19 @@ class FieldError:
             detail = "supported values: " + ", ".join(go_quote(s) for s in supported)
         return cls(cls.NOT_SUPPORTED, path, value, detail)
 
+    @classmethod
+    def too_long(cls, path: str, max_bytes: int) -> FieldError:
+        """field.TooLong: the value is not shown (it is what was too long)."""
+        return cls(cls.TOO_LONG, path, OMIT_VALUE, f"may not be more than {max_bytes} bytes")
+
+    @classmethod
+    def too_many(cls, path: str, count: int, max_count: int) -> FieldError:
+        return cls(cls.TOO_MANY, path, count, f"must have at most {max_count} items")
+
     def body(self) -> str:
-        """ErrorBody(): Required and Forbidden never show the value."""
+        """ErrorBody(): Required, Forbidden and Too long never show the value."""
         text = self.type
-        if self.type not in (self.REQUIRED, self.FORBIDDEN) and self.bad_value is not OMIT_VALUE:
+        if self.type not in (self.REQUIRED, self.FORBIDDEN, self.TOO_LONG) and self.bad_value is not OMIT_VALUE:
             text += ": " + _go_value(self.bad_value)
         if self.detail:
             text += ": " + self.detail
@@ -275,9 +361,8 @@ def _go_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
+        encoded = value.encode("utf-8", "surrogatepass")
+        if len(encoded) > MAX_ECHOED_BYTES:  # addition; "ignore" drops a character cut in half
+            return go_quote(encoded[:MAX_ECHOED_BYTES].decode("utf-8", "ignore")) + "..."
         return go_quote(value)
     return str(value)
-
-
-
-

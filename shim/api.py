@@ -2,7 +2,7 @@
 
 Error mapping (one place): invalid request -> INVALID_ARGUMENT with every field error;
 unknown sandbox -> NOT_FOUND; sandbox not ready -> FAILED_PRECONDITION; limits ->
-RESOURCE_EXHAUSTED; runtime or worker not answering -> UNAVAILABLE.
+RESOURCE_EXHAUSTED; runtime or worker not answering, or a state dir that cannot be written -> UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from shim.registry import InvalidRequest, LimitExceeded, ProbeRegistry
 from shim.sandboxes import RuntimeUnavailable, SandboxNotFound, SandboxNotReady
+from shim.store import StoreUnavailable
 from shim.supervisor import WorkerRejected, WorkerUnavailable
 
 log = logging.getLogger("probe_shim.api")
@@ -32,6 +33,7 @@ _CODES = (
     (LimitExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RuntimeUnavailable, grpc.StatusCode.UNAVAILABLE),
     (WorkerUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),  # state dir full or read-only: nothing was stored, retry later
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 
@@ -50,7 +52,8 @@ def _status_errors(method):
             return await method(self, request, context)
         except tuple(exc for exc, _ in _CODES) as exc:
             code = next(code for kind, code in _CODES if isinstance(exc, kind))
-            await context.abort(code, str(exc))
+            # asyncio's TimeoutError carries no text; the caller still deserves a sentence.
+            await context.abort(code, str(exc) or f"{method.__name__}: the worker did not answer in time")
 
     return wrapper
 

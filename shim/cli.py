@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
-from shim import logs
+from shim import grpc_tuning, logs
 from shim.config import Config, ConfigError, load
+from shim.store import StoreError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"seconds between sandbox reconciliations (default {defaults.reconcile_interval_s:g})")
     serve.add_argument("--log-format", dest="log_format", choices=("text", "json"), help="default text")
     serve.add_argument("--trace-exporter", dest="trace_exporter", choices=("none", "console", "otlp"), help="default none")
+    serve.add_argument("--socket-group", dest="socket_group",
+                       help="group (name or gid) whose members may use the socket, mode 0660 (default: the daemon's own)")
     serve.add_argument("--allow-host-field", dest="allow_host_field", action="store_const", const=True,
                        help="accept probes with the deprecated host field (SSRF risk; off by default)")
     return parser
@@ -41,11 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe-shim: {exc}", file=sys.stderr)
         return 1
     logs.setup(config.log_format)
+    grpc_tuning.apply(os.environ)  # read by grpc core once, at its import: must come first
     from shim import server  # after logging is set up; imports grpc
 
     try:
         asyncio.run(server.serve(config))
-    except server.AlreadyServing as exc:
+    # ConfigError: e.g. a socket_group that does not exist; StoreError: e.g. a read-only state dir.
+    except (server.AlreadyServing, ConfigError, StoreError) as exc:
         logging.getLogger("probe_shim").error("%s", exc)
         return 1
     return 0

@@ -1,15 +1,25 @@
-"""Daemon settings: defaults, the optional TOML file, then command-line flags (last wins)."""
+"""Daemon settings: defaults, the optional TOML file, then command-line flags (last wins).
+
+Also the pure decisions about them: which socket group a setting names, and whether
+the metrics address reaches beyond the node (a warning, not an error).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import grp
+import ipaddress
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 
 class ConfigError(Exception):
     pass
+
+
+MAX_ID = 2**31 - 1
 
 
 @dataclass
@@ -31,6 +41,10 @@ class Config:
     worker_uid: int = 65534
     worker_gid: int = 65534
     heartbeat_timeout_s: float = 5.0
+    # Group of the API socket (mode 0660): its owner and this group's members may call the
+    # API, which can make the node probe any pod. A group name or a numeric gid; "" keeps
+    # the daemon's own group (root's, under systemd).
+    socket_group: str = ""
 
     def validate(self) -> "Config":
         if self.log_format not in ("text", "json"):
@@ -43,6 +57,11 @@ class Config:
             raise ConfigError("max_probes_per_sandbox and max_probes_total: must be at least 1")
         if not self.listen.startswith("unix://"):
             raise ConfigError(f"listen: only unix:// sockets are served, not {self.listen!r}")
+        for key in ("worker_uid", "worker_gid"):
+            # Workers parse bytes chosen by pods: never as root. 0 would also read as "unset"
+            # in the worker protocol; the protocol's ids are int32.
+            if not 1 <= getattr(self, key) <= MAX_ID:
+                raise ConfigError(f"{key}: must be between 1 and {MAX_ID} (workers never run as root)")
         return self
 
     @property
@@ -74,9 +93,46 @@ def load(path: str | None, overrides: dict) -> Config:
     config = Config()
     for key, value in values.items():
         expected = type(getattr(config, key))
+        if key == "socket_group" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # socket_group = 1001 means that gid
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise ConfigError(f"{key}: expected {expected.__name__}, got {value!r}")
         setattr(config, key, value)
     return dataclasses.replace(config).validate()
+
+
+def socket_gid(group: str, lookup: Callable[[str], grp.struct_group] = grp.getgrnam) -> int | None:
+    """The gid socket_group names (None: keep the daemon's own); a number is taken as it is."""
+    if not group:
+        return None
+    if group.isascii() and group.isdigit():
+        if int(group) > MAX_ID:
+            raise ConfigError(f"socket_group: gid {group} is out of range")
+        return int(group)
+    try:
+        return lookup(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"socket_group: no group named {group!r} on this system "
+                          "(create it, or give an existing group name or a numeric gid)") from None
+
+
+def metrics_exposure_warning(listen: str) -> str | None:
+    """A warning when /metrics would be reachable from beyond the node; None if loopback or off.
+
+    Accepted rather than refused: an operator may scrape from another host on purpose,
+    behind a firewall. The metrics carry pod names, namespaces and probe results.
+    """
+    if not listen:
+        return None
+    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.split("%")[0]).is_loopback:
+            return None
+    except ValueError:
+        pass  # a host name: it may resolve anywhere
+    return (f"metrics endpoint listens on {host}, beyond loopback: anyone who reaches it reads pod names, "
+            "namespaces and probe results; bind 127.0.0.1 (the default) unless a firewall guards it")

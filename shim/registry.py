@@ -17,8 +17,11 @@ from collections.abc import Iterable
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_worker.scheduling import is_late
 from shim import requests
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.sandbox_cache import ResolvedSandboxes
+from shim.store import StoreUnavailable
 from shim.supervisor import SandboxTarget, WorkerRejected
 
 log = logging.getLogger("probe_shim.registry")
@@ -99,6 +102,7 @@ class ProbeRegistry:
     def __init__(self, *, config, sandboxes: SandboxSource, store, board, tracer, metrics) -> None:
         self._config = config
         self._sandboxes = sandboxes
+        self._exec_sandboxes = ResolvedSandboxes(sandboxes)  # ExecProbe's hot path: no CRI call per attempt
         self._store = store
         self._board = board
         self._tracer = tracer
@@ -163,7 +167,7 @@ class ProbeRegistry:
         errors = requests.validate_exec_probe(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
-        sandbox = await self._sandboxes.resolve(req.pod_sandbox_id)
+        sandbox = await self._exec_sandboxes.resolve(req.pod_sandbox_id)
         reg = worker_pb.ProbeRegistration(
             type=req.type or spec_pb.READINESS, spec=req.spec,
             container=worker_pb.ContainerRef(ports=req.container_ports),
@@ -202,6 +206,7 @@ class ProbeRegistry:
     async def sandbox_event(self, kind: str, sandbox_id: str) -> None:
         """From the CRI proxy: StopPodSandbox stops the worker, RemovePodSandbox drops the probes."""
         log.info("sandbox %s seen on the CRI", kind, extra={"sandbox": sandbox_id})
+        self._exec_sandboxes.forget(sandbox_id)
         if kind == "remove":
             async with self._lock:
                 await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
@@ -211,24 +216,52 @@ class ProbeRegistry:
             await self.supervisor.stop_sandbox(sandbox_id)
 
     async def reconcile(self) -> None:
-        """Drops probes of sandboxes that are gone; starts workers for restored ones still pending."""
+        """Drops probes of sandboxes that are gone; starts workers for restored ones still pending.
+
+        A runtime that does not answer changes nothing: workers keep probing, no sandbox is dropped. A worker
+        whose sandbox is gone is stopped at once (in embedded mode it may still hold the deleted netns and
+        would probe on in it); its probes' last UPDATED says why before they are REMOVED. In embedded mode a
+        netns deleted and added again under the same name is a new sandbox: the old one is gone."""
         sandbox_ids = {p.pod_sandbox_id for p in self._board.list(service_pb.ProbeFilter())}
         if not sandbox_ids:
             return
         try:
-            present = await self._sandboxes.present(sandbox_ids)
+            gone = await self._sandboxes.gone({sid: self._worker_netns(sid) for sid in sandbox_ids})
         except RuntimeUnavailable as exc:
             log.warning("reconcile skipped: %s", exc)
             return
         running = set(self.supervisor.sandbox_ids())
-        for sid, ok in present.items():
-            if not ok:
-                log.info("sandbox is gone; dropping its probes", extra={"sandbox": sid})
-                async with self._lock:
-                    await self._remove([p.probe_id for p in self._probes_of(sid)])
-                self._stopped.discard(sid)
+        for sid in sorted(sandbox_ids):
+            if sid in gone:
+                await self._drop_gone_sandbox(sid, gone[sid])
             elif sid not in running and sid not in self._stopped:
                 await self._resume_sandbox(sid)
+
+    def _worker_netns(self, sandbox_id: str) -> int:
+        """The inode of the netns the sandbox's running worker is in; 0 when no worker runs."""
+        worker = self.supervisor.status(sandbox_id)
+        return worker.netns_inode if worker.state == service_pb.WORKER_RUNNING else 0
+
+    def _say_why(self, sandbox_id: str, reason: str) -> None:
+        """Shows on the sandbox's probes that no worker runs for them, and why."""
+        def say(probe: service_pb.Probe) -> None:
+            probe.worker.state, probe.worker.pid, probe.worker.last_error = service_pb.WORKER_NONE, 0, reason
+
+        for probe in self._probes_of(sandbox_id):
+            self._board.update(probe.probe_id, say)
+
+    async def _drop_gone_sandbox(self, sandbox_id: str, why: str) -> None:
+        log.info("sandbox is gone; dropping its probes: %s", why, extra={"sandbox": sandbox_id})
+        await self.supervisor.stop_sandbox(sandbox_id)
+        async with self._lock:
+            self._say_why(sandbox_id, f"sandbox gone: {why}")
+            probe_ids = [p.probe_id for p in self._probes_of(sandbox_id)]
+            try:
+                await self._remove(probe_ids)
+            except StoreUnavailable as exc:  # kept (stored and listed, worker stopped); retried next pass
+                log.warning("cannot drop the probes of a gone sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
+                return
+        self._stopped.discard(sandbox_id)
 
     async def restore(self) -> None:
         """After a (re)start: every acknowledged probe back on the board and its worker started."""
@@ -246,12 +279,12 @@ class ProbeRegistry:
         try:
             sandbox = await self._sandboxes.resolve(sandbox_id)
         except (SandboxNotFound, SandboxNotReady) as exc:
-            log.info("dropping probes of a sandbox that is gone: %s", exc, extra={"sandbox": sandbox_id})
-            async with self._lock:
-                await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
+            await self._drop_gone_sandbox(sandbox_id, str(exc))
             return
         except RuntimeUnavailable as exc:
+            # Not a verdict on the sandbox: kept, and resumed by the first reconcile pass the runtime answers.
             log.warning("cannot resume sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
+            self._say_why(sandbox_id, f"waiting for the runtime: {exc}")
             return
         if sandbox_id in self._stopped:
             return  # stopped while we asked the runtime: the runtime's READY was stale
@@ -276,10 +309,10 @@ class ProbeRegistry:
             self._board.update(change.probe_id, set_state)
 
     def _on_attempt(self, sandbox_id: str, report: worker_pb.AttemptReport) -> None:
-        probe = self._board.get(report.probe_id)
+        probe = self._board.peek(report.probe_id)  # read-only; record_attempt below changes it
         if probe is None:
             return  # removed while the attempt was in flight
-        info = self._sandbox_info.get(sandbox_id, SandboxInfo(id=sandbox_id, netns_path=""))
+        info = self._sandbox_info.get(sandbox_id) or SandboxInfo(id=sandbox_id, netns_path="")
         attempt = report.attempt
         trace_id, span_id = self._tracer.record(
             attempt, probe_id=probe.probe_id, probe_type=probe.type, sandbox_id=sandbox_id,
@@ -300,6 +333,7 @@ class ProbeRegistry:
         self._metrics.observe_attempt(
             probe.type, attempt.result, attempt.duration_ns / 1e9,
             container=probe.container_name, pod=info.name, namespace=info.namespace, pod_uid=info.uid,
+            late=is_late(attempt.scheduled_at_unix_ns, attempt.started_at_unix_ns), ticks_missed=attempt.ticks_missed,
         )
 
     def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:

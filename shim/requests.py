@@ -1,7 +1,8 @@
 """Checks of ProbeService requests and the ids they map to. Pure: no I/O, no grpc.
 
 Probe spec rules are the Kubernetes API's (probe_worker.validation); this adds the
-request's own fields and the daemon's gate on the deprecated `host` field.
+request's own fields, their size limits, the daemon's gate on the deprecated `host`
+field, and the bound on how much error text one answer carries.
 """
 
 from __future__ import annotations
@@ -10,12 +11,26 @@ import hashlib
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.validation import validate_probe
+from probe_worker.validation import FieldError, validate_probe
+
+# Size limits of the request's own fields. A registration is kept in memory, in the
+# store and sent to every watcher: each field is bounded, far above any real value.
+MAX_ID_BYTES = 256               # pod_sandbox_id, container_id: CRI ids are 64 hex characters
+MAX_CONTAINER_NAME_BYTES = 63    # a Kubernetes container name is a DNS-1123 label
+MAX_LABELS = 64
+MAX_LABEL_KEY_BYTES = 317        # Kubernetes: a 253-byte prefix, "/", a 63-byte name
+MAX_LABEL_VALUE_BYTES = 63       # Kubernetes label values
+MAX_CONTAINER_PORTS = 256
+MAX_PORT_NAME_BYTES = 15         # an IANA service name, as Kubernetes port names are
+MAX_PROTOCOL_BYTES = 8           # TCP, UDP, SCTP
+# The errors of one answer travel as gRPC status details, which clients cap at 8 KiB of
+# metadata: past this many bytes the rest is only counted.
+MAX_ERRORS_BYTES = 4096
 
 HOST_GATE = (
     "Forbidden: the host field makes the runtime connect to any address the node can reach "
-    "(blind SSRF around NetworkPolicy); probes run inside the pod, so leave host empty, or set "
-    "allow_host_field = true in the daemon's config to accept it"
+    "(blind SSRF around NetworkPolicy, kubernetes#99425). Probes run inside the pod: leave host "
+    "empty, or set allow_host_field = true in the daemon's config to accept it"
 )
 
 
@@ -40,15 +55,65 @@ def validate_run_probe(req: service_pb.RunProbeRequest, allow_host: bool) -> lis
         errors.append("pod_sandbox_id: Required value")
     if not req.container_id and not req.container_name:
         errors.append("container_name: Required value: give container_id, container_name or both")
+    errors += _too_long("pod_sandbox_id", req.pod_sandbox_id, MAX_ID_BYTES)
+    errors += _too_long("container_id", req.container_id, MAX_ID_BYTES)
+    errors += _too_long("container_name", req.container_name, MAX_CONTAINER_NAME_BYTES)
+    errors += _label_errors(req.labels)
+    errors += _container_port_errors(req.container_ports)
     errors += validate_probe(req.type, req.spec, root="spec")
     errors += host_field_errors(req.spec, allow_host)
-    return errors
+    return bounded(errors)
 
 
 def validate_exec_probe(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[str]:
     errors = [] if req.pod_sandbox_id else ["pod_sandbox_id: Required value"]
+    errors += _too_long("pod_sandbox_id", req.pod_sandbox_id, MAX_ID_BYTES)
+    errors += _container_port_errors(req.container_ports)
     errors += validate_probe(req.type or spec_pb.READINESS, req.spec, root="spec")
-    return errors + host_field_errors(req.spec, allow_host)
+    return bounded(errors + host_field_errors(req.spec, allow_host))
+
+
+def bounded(errors: list[str], max_bytes: int = MAX_ERRORS_BYTES) -> list[str]:
+    """The first errors that fit in max_bytes (at least one); the rest only counted."""
+    size = 0
+    for index, error in enumerate(errors):
+        size += len(error.encode()) + 2  # "; " joins them
+        if index and size > max_bytes:
+            return errors[:index] + [f"and {len(errors) - index} more errors"]
+    return errors
+
+
+def _too_long(path: str, value: str, max_bytes: int) -> list[str]:
+    if _utf8_len(value) > max_bytes:
+        return [str(FieldError.too_long(path, max_bytes))]
+    return []
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _label_errors(labels) -> list[str]:
+    if len(labels) > MAX_LABELS:
+        return [str(FieldError.too_many("labels", len(labels), MAX_LABELS))]
+    errors = []
+    for key in sorted(labels):
+        if _utf8_len(key) > MAX_LABEL_KEY_BYTES:
+            detail = f"a key must be no more than {MAX_LABEL_KEY_BYTES} bytes"
+            errors.append(str(FieldError.invalid("labels", key, detail)))
+        else:
+            errors += _too_long(f"labels[{key}]", labels[key], MAX_LABEL_VALUE_BYTES)
+    return errors
+
+
+def _container_port_errors(ports) -> list[str]:
+    if len(ports) > MAX_CONTAINER_PORTS:
+        return [str(FieldError.too_many("container_ports", len(ports), MAX_CONTAINER_PORTS))]
+    errors = []
+    for index, port in enumerate(ports):
+        errors += _too_long(f"container_ports[{index}].name", port.name, MAX_PORT_NAME_BYTES)
+        errors += _too_long(f"container_ports[{index}].protocol", port.protocol, MAX_PROTOCOL_BYTES)
+    return errors
 
 
 def validate_stop_probe(req: service_pb.StopProbeRequest) -> list[str]:

@@ -4,7 +4,8 @@ Two sources behind one interface:
 - the container runtime: CRI PodSandboxStatus(verbose=true), whose `info["info"]`
   JSON holds the runtime spec (network namespace path) and the sandbox pid;
 - the embedded mode (`--runtime-endpoint none`): a sandbox id is the name of a
-  network namespace under /var/run/netns, or the absolute path of a netns file.
+  network namespace under /var/run/netns, or /proc/PID/ns/net; never the node's own
+  network namespace (probing from there is the hole this daemon exists to close).
 The parsing of the runtime's answer is pure (`sandbox_from_status`).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +23,8 @@ import grpc
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 
 NETNS_DIR = "/var/run/netns"
+NETNS_DIRS = (NETNS_DIR, "/run/netns")
+_PROC_NETNS = re.compile(r"/proc/[1-9][0-9]*/ns/net")
 RUNTIME_SERVICE = "/runtime.v1.RuntimeService"
 
 
@@ -52,8 +56,10 @@ class SandboxInfo:
 class SandboxSource(Protocol):
     async def resolve(self, sandbox_id: str) -> SandboxInfo: ...
 
-    async def present(self, sandbox_ids: set[str]) -> dict[str, bool]:
-        """For each id: True if it still exists and is ready, False if it is gone or not ready."""
+    async def gone(self, sandboxes: Mapping[str, int]) -> dict[str, str]:
+        """Of these sandbox ids (each with the inode of the netns its worker runs in, 0 if none), those that no
+        longer exist, are not ready, or whose netns was replaced, each with why. RuntimeUnavailable when the
+        runtime does not answer: an unreachable runtime says nothing about its sandboxes."""
         ...
 
 
@@ -94,13 +100,35 @@ def sandbox_from_status(response: cri_pb.PodSandboxStatusResponse) -> SandboxInf
     )
 
 
+def sandbox_gone_reason(listed: cri_pb.PodSandbox | None) -> str:
+    if listed is None:
+        return "the runtime no longer lists the pod sandbox"
+    return f"the runtime lists the pod sandbox as {cri_pb.PodSandboxState.Name(listed.state)}"
+
+
 def netns_path_for(sandbox_id: str) -> str:
-    """The embedded mode's mapping; refuses names that would escape NETNS_DIR."""
+    """The embedded mode's mapping; refuses names that would escape NETNS_DIR.
+
+    An absolute id must name a netns file the way runtimes do (a bind mount under
+    /var/run/netns or /run/netns, or /proc/PID/ns/net): an arbitrary path would let a
+    caller point a worker at any file the daemon can open.
+    """
     if os.path.isabs(sandbox_id):
-        return os.path.normpath(sandbox_id)
+        path = os.path.normpath(sandbox_id)
+        if _PROC_NETNS.fullmatch(path) or os.path.dirname(path) in NETNS_DIRS:
+            return path
+        raise SandboxNotFound(
+            f"invalid network namespace path {sandbox_id!r}: must be a name, a file directly under "
+            f"{' or '.join(NETNS_DIRS)}, or /proc/PID/ns/net")
     if not sandbox_id or "/" in sandbox_id or sandbox_id in (".", ".."):
         raise SandboxNotFound(f"invalid network namespace name {sandbox_id!r}")
     return os.path.join(NETNS_DIR, sandbox_id)
+
+
+def is_node_netns(st: os.stat_result) -> bool:
+    """Whether a stat of a netns file is the daemon's own namespace (the node's, under systemd)."""
+    own = os.stat("/proc/self/ns/net")
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 class NetnsSandboxes:
@@ -112,15 +140,25 @@ class NetnsSandboxes:
             st = os.stat(path)
         except OSError:
             raise SandboxNotFound(f"no network namespace at {path}") from None
+        if is_node_netns(st):
+            raise SandboxNotReady(
+                f"{path} is the node's own network namespace: probes run only inside pod network namespaces")
         return SandboxInfo(id=sandbox_id, netns_path=path, name=os.path.basename(path), created_at=int(st.st_mtime * 1e9))
 
-    async def present(self, sandbox_ids: set[str]) -> dict[str, bool]:
+    async def gone(self, sandboxes: Mapping[str, int]) -> dict[str, str]:
         result = {}
-        for sid in sandbox_ids:
+        for sid, inode in sandboxes.items():
             try:
-                result[sid] = os.path.exists(netns_path_for(sid))
-            except SandboxNotFound:
-                result[sid] = False
+                path = netns_path_for(sid)
+                st = os.stat(path)
+            except SandboxNotFound as exc:
+                result[sid] = str(exc)
+            except OSError:
+                result[sid] = f"no network namespace at {path} any more"
+            else:
+                # Deleted and added again under the same name: the worker still holds the old namespace.
+                if inode and st.st_ino != inode:
+                    result[sid] = f"the network namespace at {path} was replaced (inode {inode}, now {st.st_ino})"
         return result
 
     async def list(self) -> list[SandboxInfo]:
@@ -168,10 +206,11 @@ class CriSandboxes:
             raise SandboxNotReady(f"pod sandbox {sandbox_id} has no network namespace in the runtime's status")
         return sandbox
 
-    async def present(self, sandbox_ids: set[str]) -> dict[str, bool]:
-        items = await self.list_pod_sandboxes()
-        ready = {item.id for item in items if item.state == cri_pb.SANDBOX_READY}
-        return {sid: sid in ready for sid in sandbox_ids}
+    async def gone(self, sandboxes: Mapping[str, int]) -> dict[str, str]:
+        # Inodes are not compared: a CRI sandbox's netns is its own for its whole life.
+        items = {item.id: item for item in await self.list_pod_sandboxes()}
+        return {sid: sandbox_gone_reason(items.get(sid)) for sid in sandboxes
+                if sid not in items or items[sid].state != cri_pb.SANDBOX_READY}
 
     async def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox]:
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -26,14 +25,14 @@ from grpc_reflection.v1alpha import reflection
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from shim.api import ProbeServicer
-from shim.config import Config
+from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.metrics import ShimMetrics
 from shim.registry import ProbeRegistry
 from shim.sandboxes import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
 from shim.status import StatusBoard
-from shim.store import ProbeStore, StoreError
+from shim.store import ProbeStore, StoreCorrupt
 from shim.supervisor import WorkerSupervisor
 from shim.tracing import AttemptTracer
 from shim.zygote import Zygote
@@ -41,6 +40,9 @@ from shim.zygote import Zygote
 log = logging.getLogger("probe_shim")
 
 SOCKET_MODE = 0o660
+# While grpc binds the socket: it is born 0600, so nobody but the daemon's user can
+# connect in the moment before it gets its group and mode (which happens before serving).
+BIND_UMASK = 0o177
 PROBE_SERVICE = service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name
 
 
@@ -68,11 +70,33 @@ def _prepare_socket_path(path: str) -> None:
         probe.close()
 
 
+@contextlib.contextmanager
+def _umask(mask: int):
+    # Process-wide, hence only around the bind, during start-up.
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def _restrict_socket(path: str, gid: int | None) -> None:
+    """The daemon's user and the socket group's members may call the API; nobody else may connect."""
+    if gid is not None:
+        try:
+            os.chown(path, -1, gid)
+        except PermissionError:
+            raise ConfigError(f"socket_group: cannot give {path} to gid {gid}: the daemon needs CAP_CHOWN "
+                              "(or to be a member of that group)") from None
+    os.chmod(path, SOCKET_MODE)
+
+
 def _open_store(path: str) -> ProbeStore:
-    """A damaged database must not keep the daemon (and the CRI proxy with it) down."""
+    """A damaged database must not keep the daemon (and the CRI proxy with it) down. An unwritable state dir
+    (StoreUnavailable) or a newer schema (StoreError) is not damage: nothing is moved, the daemon does not start."""
     try:
         return ProbeStore(path)
-    except StoreError as exc:
+    except StoreCorrupt as exc:
         aside = f"{path}.corrupt-{int(time.time())}"
         os.replace(path, aside)
         log.error("probe store unreadable (%s); moved to %s, starting with no probes", exc, aside)
@@ -87,8 +111,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
     _prepare_socket_path(config.socket_path)
-    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    # The store creates the state dir (0700); StoreError (exit 1, one line) if it cannot be used.
     store = _open_store(os.path.join(config.state_dir, "probes.db"))
     board = StatusBoard()
     tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
@@ -98,9 +123,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     sandboxes = NetnsSandboxes() if upstream is None else CriSandboxes(upstream)
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, tracer=tracer, metrics=metrics)
     supervisor = WorkerSupervisor(
-        # With a runtime the daemon passes pod IPs; only embedded-mode workers discover
-        # theirs, so only then is pyroute2 worth preloading (shared) in the zygote.
-        functools.partial(Zygote.start, preload_pod_ips=config.embedded),
+        Zygote.start,
         on_event=registry.on_event,
         on_worker=registry.on_worker,
         heartbeat_timeout_s=config.heartbeat_timeout_s,
@@ -124,19 +147,22 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     )
     if upstream is not None:
         server.add_generic_rpc_handlers([cri_proxy_handler(upstream, registry.sandbox_event)])
-    server.add_insecure_port(config.listen)
 
     metrics_server = None
     tasks: list[asyncio.Task] = []
     try:
+        with _umask(BIND_UMASK):
+            server.add_insecure_port(config.listen)  # binds now; connections are served from start()
+        _restrict_socket(config.socket_path, gid)
         await registry.restore()
         await server.start()
-        os.chmod(config.socket_path, SOCKET_MODE)
         for name in ("", PROBE_SERVICE):
             await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if config.metrics_listen:
             metrics.count_watchers_with(lambda: board.watcher_count)
             metrics_server = await metrics.serve(config.metrics_listen)
+            if warning := metrics_exposure_warning(config.metrics_listen):
+                log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})
         tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
         log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
                                    "instance_id": board.instance_id, "state_dir": config.state_dir})

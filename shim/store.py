@@ -9,19 +9,25 @@ delete() returns. RunProbe acknowledges only what survives a crash or a power lo
 
 Robustness: a row that cannot be read or decoded is skipped, logged and listed in `corrupt_rows`; it never stops
 the daemon from starting (the daemon also serves the CRI proxy, so refusing to start would cut kubelet off its
-runtime). A file that is not a SQLite database at all, or a schema newer than this code, raises StoreError.
+runtime). A file that is not a SQLite database at all raises StoreCorrupt (the daemon moves it aside); a schema
+newer than this code, or a file system where SQLite cannot use WAL, raises StoreError (never moved aside).
+
+Faults of the machine rather than of the data (a read-only, full or unwritable state directory) raise
+StoreUnavailable, at open and from save()/delete(), naming the state directory and the OS's reason; nothing is
+acknowledged that was not committed, and nothing is discarded because of them.
 
 Thread-safe: the daemon calls it through asyncio.to_thread; one connection, guarded by a lock.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +73,65 @@ _UPSERT = """
 
 
 class StoreError(Exception):
-    """The database cannot be used at all (not a database, too new a schema, closed)."""
+    """The database cannot be used at all (too new a schema, closed, or one of the two below)."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a usable SQLite database."""
+
+
+class StoreUnavailable(StoreError):
+    """The state directory cannot be written now (read-only, full, no permission): the data is fine."""
+
+
+# SQLite primary result codes that mean "the file system said no", not "the file is damaged".
+_SQLITE_IO_CODES = frozenset({
+    3,   # SQLITE_PERM
+    5,   # SQLITE_BUSY
+    6,   # SQLITE_LOCKED
+    8,   # SQLITE_READONLY
+    10,  # SQLITE_IOERR
+    13,  # SQLITE_FULL
+    14,  # SQLITE_CANTOPEN
+    22,  # SQLITE_NOLFS
+})
+_SQLITE_FULL = 13
+
+
+def is_io_error(exc: sqlite3.Error) -> bool:
+    """True when SQLite failed because of the file system (the primary code; extended codes keep it in the low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _SQLITE_IO_CODES
+
+
+def os_reason(directory: Path) -> str | None:
+    """Why the OS refuses writes in `directory` right now (its errno text), found by trying one; None if it does not.
+
+    SQLite reports "attempt to write a readonly database" or "disk I/O error" without the errno: this names it."""
+    check = directory / ".probe-shim-write-check"
+    try:
+        fd = os.open(check, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, bytes(4096))  # a whole page: a full tmpfs refuses at allocation, not at open
+        finally:
+            os.close(fd)
+            os.unlink(check)
+    except OSError as exc:
+        return f"[Errno {exc.errno}] {exc.strerror}"
+    return None
+
+
+def unavailable(directory: Path, what: str, exc: BaseException) -> StoreUnavailable:
+    """The one message for an unwritable state directory: the directory, the OS's reason, SQLite's words."""
+    if isinstance(exc, OSError):
+        reason, detail = f"[Errno {exc.errno}] {exc.strerror}", ""
+    else:
+        reason = os_reason(directory)
+        if reason is None and getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_FULL:
+            reason = f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}"
+        detail = f" (SQLite: {exc})"
+    reason = reason or "unknown reason"
+    return StoreUnavailable(f"state directory {directory} is not writable: {reason}{detail}; {what}")
 
 
 @dataclass(frozen=True)
@@ -144,18 +208,22 @@ class ProbeStore:
         self.path = Path(path)
         self.corrupt_rows: tuple[CorruptRow, ...] = ()  # what the last load_all() skipped
         self._lock = threading.Lock()
-        _prepare_file(self.path)
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=5.0
-        )
         try:
+            _prepare_file(self.path)
+        except OSError as exc:
+            raise unavailable(self.path.parent, "cannot open the probe store", exc) from None
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=5.0)
             self._configure()
             self._migrate()
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
-            raise StoreError(f"cannot use {self.path} as the probe store: {exc}") from exc
+            self.close()
+            if is_io_error(exc):
+                raise unavailable(self.path.parent, "cannot open the probe store", exc) from None
+            raise StoreCorrupt(f"cannot use {self.path} as the probe store: {exc}") from exc
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
     @classmethod
@@ -169,7 +237,7 @@ class ProbeStore:
         if not probe.probe_id:
             raise ValueError("a probe without probe_id cannot be stored")
         row = (probe.probe_id, probe.pod_sandbox_id, probe.container_id, int(probe.type), encode_registration(probe))
-        with self._lock:
+        with self._lock, self._writing(f"probe {probe.probe_id} not stored"):
             self._connection().execute(_UPSERT, row)  # autocommit: its own fsynced transaction
 
     def delete(self, probe_ids: Iterable[str]) -> None:
@@ -177,7 +245,7 @@ class ProbeStore:
         rows = [(probe_id,) for probe_id in probe_ids]
         if not rows:
             return
-        with self._lock, self._transaction() as conn:
+        with self._lock, self._writing(f"{len(rows)} probe(s) not removed"), self._transaction() as conn:
             conn.executemany("DELETE FROM probes WHERE probe_id = ?", rows)
 
     def load_all(self) -> list[service_pb.Probe]:
@@ -238,15 +306,27 @@ class ProbeStore:
         return self._conn
 
     @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A write the file system refuses becomes StoreUnavailable; SQLite has rolled it back (nothing committed)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if not is_io_error(exc):
+                raise
+            raise unavailable(self.path.parent, what, exc) from None
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a COMMIT that failed (e.g. disk full) leaves it open
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _configure(self) -> None:
         conn = self._connection()

@@ -10,6 +10,12 @@ FAILED with the worker's message, and is retried the same way). Every state chan
 is reported through `on_worker`; attempts and state changes of probes go to
 `on_event`, in the order the worker sent them.
 
+A worker outlives its zygote: the zygote only forks. The daemon is a child
+subreaper, so a worker whose zygote died becomes the daemon's own child; its death
+is read from its pidfd (not from the zygote) and its exit status then from waitid.
+A worker still dies with the daemon: the zygote kills its children when the
+daemon's end of its socket closes, and every worker exits at EOF of its own socket.
+
 Nothing here is unbounded: frames are read by one protocol per worker and handed to
 `on_event` synchronously (no queue), requests wait with timeouts, and a worker that
 stops reading its requests is treated as hung.
@@ -18,8 +24,11 @@ stops reading its requests is treated as hung.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
 import logging
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +40,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import FrameDecoder, FrameError, encode
 from probe_worker.manager import validate_registration
-from shim.zygote import SpawnedWorker, Zygote, ZygoteError
+from shim.zygote import SpawnedWorker, WorkerExit, Zygote, ZygoteError, exit_from_waitid
 
 log = logging.getLogger("probe_shim.supervisor")
 
@@ -39,6 +48,12 @@ MAX_WRITE_BUFFER = 1 << 20  # requests a worker has not read; beyond this it is 
 REQUEST_TIMEOUT_S = 10.0
 EXIT_GRACE_S = 2.0  # after EOF, how long the exit status may take to arrive before a kill
 KILL_TIMEOUT_S = 5.0
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+# Worker states in which run_once stops waiting: it has a connection to use, or never will.
+_RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED, service_pb.WORKER_NONE})
 
 OnEvent = Callable[[str, worker_pb.WorkerEvent], None]
 OnWorker = Callable[[str, service_pb.WorkerStatus], None]
@@ -77,6 +92,15 @@ class Backoff:
         delay = self._next
         self._next = min(self.max_s, self._next * 2)
         return delay
+
+
+def set_child_subreaper(value: int) -> int:
+    """PR_SET_CHILD_SUBREAPER for this process; returns the previous value."""
+    previous = ctypes.c_int(0)
+    if _libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0 \
+            or _libc.prctl(PR_SET_CHILD_SUBREAPER, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+    return previous.value
 
 
 # --- one worker's connection --------------------------------------------------------------
@@ -171,6 +195,69 @@ class _Connection(asyncio.Protocol):
         self._pending.clear()
 
 
+# --- one worker's process ----------------------------------------------------------------
+
+class _Process:
+    """A worker's process as the kernel sees it, whoever its parent is now.
+
+    Its death is its pidfd turning readable: true while the zygote lives and after it
+    died. Its exit status comes from the zygote while the zygote is its parent, and from
+    waitid here once this process adopted it (it is then ours to reap, too)."""
+
+    def __init__(self, worker: SpawnedWorker) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.worker = worker
+        self.gone: asyncio.Future[None] = self._loop.create_future()
+        if worker.pidfd is None:  # no pidfd came with it: the zygote's word is all there is
+            worker.exited.add_done_callback(lambda _: self._mark_gone())
+        else:
+            self._loop.add_reader(worker.pidfd, self._mark_gone)
+
+    def _mark_gone(self) -> None:
+        if self.worker.pidfd is not None:
+            self._loop.remove_reader(self.worker.pidfd)
+        if not self.gone.done():
+            self.gone.set_result(None)
+
+    def kill(self) -> None:
+        """SIGKILL through the pidfd (never a process that reused the pid), even after the zygote died."""
+        if self.worker.pidfd is None:
+            self.worker.kill()
+        elif not self.gone.done():
+            try:
+                signal.pidfd_send_signal(self.worker.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    async def exit_reason(self) -> str | None:
+        """How the (gone) worker ended, reaping it if it is ours; None if nobody knows."""
+        status = self._reap()
+        if status is None:
+            # The zygote's child: the zygote reaps it and reports in a moment.
+            await asyncio.wait([self.worker.exited], timeout=EXIT_GRACE_S)
+            reported = self.worker.exited.result() if self.worker.exited.done() else None
+            if reported is not None and (reported.exit_code is not None or reported.signal):
+                return reported.describe()
+            status = self._reap()  # the zygote died first: its zombie was passed on to us
+        return status.describe() if status is not None else None
+
+    def _reap(self) -> WorkerExit | None:
+        if self.worker.pidfd is None or not self.gone.done():
+            return None
+        try:
+            result = os.waitid(os.P_PIDFD, self.worker.pidfd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            return None  # not our child: the zygote's, or already reaped by it
+        if result is None:
+            return None
+        return exit_from_waitid(result.si_pid, result.si_code, result.si_status)
+
+    def close(self) -> None:
+        if self.worker.pidfd is not None and not self.gone.done():
+            self._loop.remove_reader(self.worker.pidfd)
+        self.worker.close()
+
+
 # --- one sandbox ------------------------------------------------------------------------------
 
 @dataclass
@@ -234,6 +321,7 @@ class WorkerSupervisor:
         self._zygote_started_at = 0.0
         self._zygote_restart: asyncio.Task[None] | None = None
         self._closing = False
+        self._was_subreaper: int | None = None  # set while this supervisor adopts orphaned workers
 
     # --- API ------------------------------------------------------------------------------
 
@@ -307,8 +395,8 @@ class WorkerSupervisor:
         sb = self._sandbox(target)
         sb.inflight += 1
         try:
-            ready = {service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED, service_pb.WORKER_NONE}
-            await self._wait_until(sb, lambda: sb.status.state in ready, deadline - loop.time())
+            if sb.status.state not in _RUN_ONCE_READY:  # a warm worker needs no wait, nor a task to wait in
+                await self._wait_until(sb, lambda: sb.status.state in _RUN_ONCE_READY, deadline - loop.time())
             if sb.conn is None:
                 raise WorkerUnavailable(self._unavailable(sb))
             reply = await sb.conn.request(max(0.0, deadline - loop.time()), run_once=worker_pb.RunOnce(probe=reg))
@@ -350,6 +438,9 @@ class WorkerSupervisor:
         async with self._zygote_lock:
             if self._zygote is not None:
                 await self._zygote.close()
+        if self._was_subreaper is not None:
+            set_child_subreaper(self._was_subreaper)
+            self._was_subreaper = None
 
     # --- sandboxes ----------------------------------------------------------------------------
 
@@ -444,36 +535,37 @@ class WorkerSupervisor:
             worker = await zygote.spawn(config, self._start_timeout_s)
         except (ZygoteError, TimeoutError) as exc:
             return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
+        proc = _Process(worker)
         conn = _Connection(lambda event: self._forward(sb.target.sandbox_id, event))
         try:
             try:
                 await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=worker.sock)
             except OSError as exc:
                 worker.sock.close()
-                return await self._bury(worker, conn, f"cannot watch the worker's socket: {exc}")
-            return await self._serve(sb, worker, conn)
+                return await self._bury(proc, conn, f"cannot watch the worker's socket: {exc}")
+            return await self._serve(sb, proc, conn)
         finally:
             sb.conn = None
             conn.fail("stopped")
-            worker.close()
+            proc.close()
 
-    async def _serve(self, sb: _Sandbox, worker: SpawnedWorker, conn: _Connection) -> _LifeEnd:
-        ended = {conn.lost, worker.exited, sb.stopping}
+    async def _serve(self, sb: _Sandbox, proc: _Process, conn: _Connection) -> _LifeEnd:
+        ended = {conn.lost, proc.gone, sb.stopping}
         done, _ = await asyncio.wait(ended | {conn.first}, timeout=self._start_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
         if sb.stopping.done():
-            return await self._shutdown(worker, conn)
+            return await self._shutdown(proc, conn)
         if not conn.first.done():
             reason = f"no Ready from the worker within {self._start_timeout_s:g}s" if not done else None
-            return await self._bury(worker, conn, reason)
+            return await self._bury(proc, conn, reason)
         first = conn.first.result()
         if first.WhichOneof("msg") == "fatal":
-            await self._bury(worker, conn, first.fatal.message)
+            await self._bury(proc, conn, first.fatal.message)
             return _LifeEnd(first.fatal.message, fatal=True)
 
         ready = first.ready
         if conn.lost.done():  # Ready, then gone at once
-            return await self._bury(worker, conn, None)
+            return await self._bury(proc, conn, None)
         # Replayed synchronously with the switch to RUNNING: an add_probe arriving meanwhile
         # either is in this snapshot or finds the connection and sends itself.
         replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=reg))) for probe_id, reg in sb.regs.items()]
@@ -496,41 +588,40 @@ class WorkerSupervisor:
         while True:
             await asyncio.wait(ended, timeout=tick, return_when=asyncio.FIRST_COMPLETED)
             if sb.stopping.done():
-                return await self._shutdown(worker, conn)
-            if conn.lost.done() or worker.exited.done():
-                return await self._bury(worker, conn, None)
+                return await self._shutdown(proc, conn)
+            if conn.lost.done() or proc.gone.done():
+                return await self._bury(proc, conn, None)
             idle = loop.time() - conn.last_frame
             if idle >= self._heartbeat_timeout_s:
-                return await self._bury(worker, conn, f"missed heartbeats for {self._heartbeat_timeout_s:g}s")
+                return await self._bury(proc, conn, f"missed heartbeats for {self._heartbeat_timeout_s:g}s")
             if idle >= self._heartbeat_interval_s:
                 try:  # only when quiet: the worker's own heartbeats usually make this unnecessary
                     conn.submit(expect_reply=False, heartbeat=worker_pb.Heartbeat(unix_ns=time.time_ns()))
                 except WorkerUnavailable:
                     pass
 
-    async def _bury(self, worker: SpawnedWorker, conn: _Connection, reason: str | None) -> _LifeEnd:
-        """Makes sure the worker is dead; the reason is ours (a hang) or its exit status."""
+    async def _bury(self, proc: _Process, conn: _Connection, reason: str | None) -> _LifeEnd:
+        """Makes sure the worker is dead (and reaped); the reason is ours (a hang) or its exit status."""
         eof = conn.lost.done()  # the worker closed its end (or died) before we gave up on it
         conn.fail(reason or "worker died")
-        if reason is None and eof and not worker.exited.done():
-            # EOF usually means it is exiting: give the zygote a moment to report the real status.
-            await asyncio.wait([worker.exited], timeout=EXIT_GRACE_S)
-        worker.kill()
-        await asyncio.wait([worker.exited], timeout=KILL_TIMEOUT_S)
+        if reason is None and eof and not proc.gone.done():
+            # EOF usually means it is exiting: give it a moment to report the real status.
+            await asyncio.wait([proc.gone], timeout=EXIT_GRACE_S)
+        proc.kill()
+        await asyncio.wait([proc.gone], timeout=KILL_TIMEOUT_S)
+        status = await proc.exit_reason() if proc.gone.done() else None
         if reason is not None:
             return _LifeEnd(reason)
-        if worker.exited.done():
-            return _LifeEnd(worker.exited.result().describe())
-        return _LifeEnd(conn.lost.result())
+        return _LifeEnd(status or conn.lost.result())
 
-    async def _shutdown(self, worker: SpawnedWorker, conn: _Connection) -> _LifeEnd:
+    async def _shutdown(self, proc: _Process, conn: _Connection) -> _LifeEnd:
         if conn.first.done() and not conn.lost.done():
             try:
                 await conn.request(self._stop_timeout_s, shutdown=worker_pb.Shutdown())
             except (WorkerUnavailable, TimeoutError):
                 pass
-            await asyncio.wait([worker.exited], timeout=self._stop_timeout_s)
-        return await self._bury(worker, conn, "stopped")
+            await asyncio.wait([proc.gone], timeout=self._stop_timeout_s)
+        return await self._bury(proc, conn, "stopped")
 
     # --- the zygote -------------------------------------------------------------------------------
 
@@ -539,6 +630,10 @@ class WorkerSupervisor:
             if self._closing:
                 raise ZygoteError("the supervisor is closing")
             if self._zygote is None or not self._zygote.alive:
+                if self._was_subreaper is None:
+                    # Before the first fork: a worker orphaned by a dead zygote must become our child
+                    # (reaped here, with its exit status), not init's.
+                    self._was_subreaper = set_child_subreaper(1)
                 self._zygote = await self._zygote_factory()
                 self._zygote_started_at = asyncio.get_running_loop().time()
                 self._zygote.died.add_done_callback(self._on_zygote_died)

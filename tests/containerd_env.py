@@ -29,9 +29,10 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 
@@ -573,16 +574,34 @@ class ContainerdEnv:
         Path(s.path("cni", "net.d", "10-probe-e2e.conflist")).write_text(json.dumps(cni_conflist(s), indent=2))
         layout = write_layout(Path(s.path("images.tar")), defs, self.busybox)
 
-        with open(s.path("containerd.log"), "ab") as log:
-            self.proc = subprocess.Popen(["containerd", "--config", s.path("config.toml")],
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self._channel = cri_channel(self.endpoint)
-        self.cri = CriClient(self._channel)
+        self._spawn()
         self._wait_ready()
         self._ctr("images", "import", str(layout))
         for image in (self.images.pause, self.images.http, self.images.tcp):
             self._wait_image(image)
         return self
+
+    def _spawn(self) -> None:
+        with open(self.session.path("containerd.log"), "ab") as log:
+            self.proc = subprocess.Popen(["containerd", "--config", self.session.path("config.toml")],
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if self._channel is not None:
+            self._channel.close()  # a fresh connection: the old one may be in reconnect backoff
+        self._channel = cri_channel(self.endpoint)
+        self.cri = CriClient(self._channel)
+
+    # --- restart (tests/hardening/test_faults.py) ---
+
+    def stop_containerd(self) -> None:
+        """Stops the containerd process alone (SIGTERM), as `systemctl restart containerd` does (KillMode=process):
+        its shims and the pods they run keep running."""
+        self.proc.terminate()
+        self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def start_containerd(self) -> None:
+        """containerd again on the same config, root and state (after stop_containerd), ready when this returns."""
+        self._spawn()
+        self._wait_ready()
 
     def _ctr(self, *args: str) -> str:
         done = subprocess.run(["ctr", "-a", self.session.address, "-n", K8S_NAMESPACE, *args],
@@ -686,6 +705,27 @@ class ContainerdEnv:
                 self.proc.wait()
         clean_host(self.session, errors)
         return errors
+
+
+@contextlib.contextmanager
+def running_containerd(unavailable: Callable[[str], NoReturn]) -> Iterator[ContainerdEnv]:
+    """A started private containerd, stopped on exit; fails the caller (an assertion) if the teardown left
+    anything behind. Sweeps the leftovers of killed sessions first: their bridges and subnets would collide.
+    Calls unavailable(reason) when this machine cannot run one (tests pass pytest.skip: this module stays free
+    of pytest, the benchmarks import it)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        unavailable(reason)
+    sweep_stale_sessions()
+    env = ContainerdEnv.create()
+    try:
+        env.start()
+    except BaseException:
+        env.stop()  # a half-started containerd still has a bridge, mounts and processes to remove
+        raise
+    yield env
+    errors = env.stop()
+    assert not errors, f"containerd teardown left things behind: {errors}"
 
 
 # --- a kubelet-like client ---------------------------------------------------------------------

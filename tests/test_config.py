@@ -1,6 +1,8 @@
 import pytest
 
-from shim.config import Config, ConfigError, load
+import grp
+
+from shim.config import Config, ConfigError, load, metrics_exposure_warning, socket_gid
 
 
 def test_defaults_match_the_issue():
@@ -25,6 +27,10 @@ def test_file_then_flags(tmp_path):
     ("max_probes_total = true\n", "max_probes_total: expected int"),
     ("log_format = \"xml\"\n", "log_format: must be text or json"),
     ("listen = \"tcp://0.0.0.0:1\"\n", "listen: only unix:// sockets"),
+    ("worker_uid = 0\n", "worker_uid: must be between 1 and 2147483647 \\(workers never run as root\\)"),
+    ("worker_gid = 0\n", "worker_gid: must be between 1"),
+    ("worker_uid = 4294967295\n", "worker_uid: must be between 1"),
+    ("socket_group = true\n", "socket_group: expected str"),
     ("this is not toml", "config file"),
 ])
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
@@ -37,3 +43,40 @@ def test_bad_config_is_a_clear_error(tmp_path, text, message):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load(str(tmp_path / "nope.toml"), {})
+
+
+def test_socket_group_is_a_name_or_a_gid(tmp_path):
+    assert load(None, {}).socket_group == ""  # the daemon's own group: root's under systemd
+    f = tmp_path / "shim.toml"
+    f.write_text("socket_group = 1001\n")
+    assert load(str(f), {}).socket_group == "1001"
+    f.write_text('socket_group = "probe-users"\n')
+    assert load(str(f), {}).socket_group == "probe-users"
+
+
+def test_socket_gid_resolves_names_and_refuses_unknown_ones():
+    groups = {"probe-users": grp.struct_group(("probe-users", "x", 1234, []))}
+
+    def lookup(name):
+        return groups[name]
+
+    assert socket_gid("", lookup) is None
+    assert socket_gid("4321", lookup) == 4321  # a gid needs no name
+    assert socket_gid("probe-users", lookup) == 1234
+    with pytest.raises(ConfigError, match="socket_group: no group named 'nope' on this system"):
+        socket_gid("nope", lookup)
+    with pytest.raises(ConfigError, match="out of range"):
+        socket_gid("99999999999", lookup)
+
+
+@pytest.mark.parametrize("listen, warns", [
+    ("", False), ("127.0.0.1:9555", False), ("127.0.0.53:1", False), ("[::1]:9555", False),
+    ("localhost:9555", False), ("0.0.0.0:9555", True), ("[::]:9555", True), ("10.1.2.3:9555", True),
+    ("metrics.example:9555", True),
+])
+def test_metrics_beyond_loopback_warns(listen, warns):
+    warning = metrics_exposure_warning(listen)
+    assert (warning is not None) == warns
+    if warns:
+        assert "beyond loopback" in warning and "127.0.0.1" in warning
+    assert metrics_exposure_warning(Config().metrics_listen) is None

@@ -441,6 +441,23 @@ def test_go_status_line(line, parsed):
     assert rules.go_status_line(line) == parsed
 
 
+@pytest.mark.parametrize(
+    "head, error",
+    [
+        (b"SSH-2.0-OpenSSH_9.2p1\r\n", 'malformed HTTP response "SSH-2.0-OpenSSH_9.2p1"'),
+        (b"220 mail ESMTP ready\r\n", 'malformed HTTP status code "mail"'),
+        (b"<html><body>up</body></html>\n<p>", 'malformed HTTP response "<html><body>up</body></html>"'),
+    ],
+)
+def test_a_bad_status_line_fails_before_the_head_is_complete(head, error):
+    assert rules.status_line_error(head) == "net/http: HTTP/1.x transport connection broken: " + error
+
+
+@pytest.mark.parametrize("head", [b"", b"SSH-2.0-OpenSSH", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\r\nX-A: b"])
+def test_an_incomplete_or_valid_status_line_waits_for_the_head(head):
+    assert rules.status_line_error(head) is None
+
+
 def test_transport_texts():
     assert rules.transport_broken("malformed HTTP response") == (
         "net/http: HTTP/1.x transport connection broken: malformed HTTP response"

@@ -2,11 +2,14 @@
 
 import asyncio
 import json
+import os
 
 import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from shim.sandboxes import NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status
+from shim import sandboxes
+from shim.sandboxes import (SandboxNotReady, NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status,
+                            sandbox_gone_reason)
 
 NETNS = "/run/containerd-test/io.containerd.grpc.v1.cri/netns/cni-1234"
 
@@ -63,11 +66,44 @@ def test_verbose_status_decodes_fields_this_subset_leaves_out():
 def test_embedded_mode_maps_names_and_refuses_escapes():
     assert netns_path_for("pod-a") == f"{NETNS_DIR}/pod-a"
     assert netns_path_for("/proc/1/ns/net") == "/proc/1/ns/net"
-    for bad in ("", "..", "a/b"):
+    assert netns_path_for("/run/netns/pod-b") == "/run/netns/pod-b"
+    for bad in ("", "..", "a/b", "/etc/passwd", "/var/run/netns/../../etc/shadow", "/proc/self/ns/net",
+                "/proc/1/ns/mnt", "/var/run/netns/a/b"):
         with pytest.raises(SandboxNotFound):
             netns_path_for(bad)
+
+
+def test_embedded_mode_refuses_the_nodes_own_netns():
+    # The daemon's own netns is the node's: a "sandbox" there would probe the node, not a pod.
+    with pytest.raises(SandboxNotReady, match="node's own network namespace"):
+        asyncio.run(NetnsSandboxes().resolve(f"/proc/{os.getpid()}/ns/net"))
 
 
 def test_embedded_mode_unknown_netns_is_not_found():
     with pytest.raises(SandboxNotFound, match="no network namespace at /var/run/netns/cps-nope"):
         asyncio.run(NetnsSandboxes().resolve("cps-nope"))
+
+
+def test_embedded_mode_says_which_sandboxes_are_gone_and_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandboxes, "NETNS_DIRS", (str(tmp_path),))  # plain files stand in for netns files
+    present, replaced = tmp_path / "netns-file", tmp_path / "replaced"
+    present.write_text("")
+    replaced.write_text("")
+    inode, other = os.stat(present).st_ino, os.stat(replaced).st_ino
+    gone = asyncio.run(NetnsSandboxes().gone({
+        str(present): inode, str(replaced): inode, str(tmp_path / "idle"): 0,
+        str(tmp_path / "deleted"): inode, "cps-nope": 0, "a/b": 0,
+    }))
+    assert gone == {
+        str(replaced): f"the network namespace at {replaced} was replaced (inode {inode}, now {other})",
+        str(tmp_path / "idle"): f"no network namespace at {tmp_path}/idle any more",
+        str(tmp_path / "deleted"): f"no network namespace at {tmp_path}/deleted any more",
+        "cps-nope": f"no network namespace at {NETNS_DIR}/cps-nope any more",
+        "a/b": "invalid network namespace name 'a/b'",
+    }
+
+
+def test_runtime_mode_gone_reasons():
+    assert sandbox_gone_reason(None) == "the runtime no longer lists the pod sandbox"
+    listed = cri_pb.PodSandbox(id="abc", state=cri_pb.SANDBOX_NOTREADY)
+    assert sandbox_gone_reason(listed) == "the runtime lists the pod sandbox as SANDBOX_NOTREADY"

@@ -4,6 +4,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker import validation as v
 from shim import requests
 
 
@@ -75,3 +76,67 @@ def test_probe_ids_are_stable_and_distinct():
     others = {requests.probe_id_for("sb", "app", spec_pb.LIVENESS), requests.probe_id_for("sb2", "app", spec_pb.READINESS),
               requests.probe_id_for("sb", "app2", spec_pb.READINESS)}
     assert a not in others and len(others) == 3
+
+
+# --- size limits of the request's own fields ---------------------------------------------------------
+
+@pytest.mark.parametrize("fields, expected", [
+    (dict(pod_sandbox_id="s" * 256), []),
+    (dict(pod_sandbox_id="s" * 257), ["pod_sandbox_id: Too long: may not be more than 256 bytes"]),
+    (dict(container_id="c" * 257), ["container_id: Too long: may not be more than 256 bytes"]),
+    (dict(container_name="c" * 63), []),
+    (dict(container_name="c" * 64), ["container_name: Too long: may not be more than 63 bytes"]),
+    (dict(labels={f"k{i}": "v" for i in range(64)}), []),
+    (dict(labels={f"k{i}": "v" for i in range(65)}), ["labels: Too many: 65: must have at most 64 items"]),
+    (dict(labels={"team": "v" * 64}), ["labels[team]: Too long: may not be more than 63 bytes"]),
+    (dict(labels={"k" * 318: "v"}),
+     [f'labels: Invalid value: "{"k" * 256}"...: a key must be no more than 317 bytes']),
+    (dict(container_ports=[spec_pb.ContainerPort(name="http", container_port=80, protocol="TCP")] * 256), []),
+    (dict(container_ports=[spec_pb.ContainerPort()] * 257),
+     ["container_ports: Too many: 257: must have at most 256 items"]),
+    (dict(container_ports=[spec_pb.ContainerPort(name="p" * 16, protocol="T" * 9)]),
+     ["container_ports[0].name: Too long: may not be more than 15 bytes",
+      "container_ports[0].protocol: Too long: may not be more than 8 bytes"]),
+])
+def test_request_fields_are_bounded(fields, expected):
+    assert requests.validate_run_probe(run_request(**fields), allow_host=False) == expected
+
+
+def test_exec_checks_sandbox_and_ports_too():
+    req = service_pb.ExecProbeRequest(pod_sandbox_id="s" * 300, spec=http_spec(),
+                                      container_ports=[spec_pb.ContainerPort(name="p" * 16)])
+    assert requests.validate_exec_probe(req, allow_host=False) == [
+        "pod_sandbox_id: Too long: may not be more than 256 bytes",
+        "container_ports[0].name: Too long: may not be more than 15 bytes"]
+
+
+def test_the_largest_valid_request_stays_small():
+    """What one registration may cost in memory, in the store and on every watch stream."""
+    header_value = "v" * (v.MAX_HEADERS_TOTAL_BYTES // 4 - 3)
+    spec = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(
+        path="/" + "p" * (v.MAX_PATH_BYTES - 1), host="h" * v.MAX_HOST_BYTES, port=spec_pb.PortRef(name="p" * 15),
+        http_headers=[spec_pb.HTTPHeader(name="X-A", value=header_value)] * 4))
+    req = run_request(
+        pod_sandbox_id="s" * requests.MAX_ID_BYTES, container_id="c" * requests.MAX_ID_BYTES,
+        container_name="n" * requests.MAX_CONTAINER_NAME_BYTES, spec=spec,
+        labels={f"{i:03d}" + "k" * (requests.MAX_LABEL_KEY_BYTES - 3): "v" * requests.MAX_LABEL_VALUE_BYTES
+                for i in range(requests.MAX_LABELS)},
+        container_ports=[spec_pb.ContainerPort(name="p" * 15, container_port=65535, protocol="SCTP")]
+        * requests.MAX_CONTAINER_PORTS)
+    assert requests.validate_run_probe(req, allow_host=True) == []
+    assert req.ByteSize() < 64 << 10
+
+
+def test_errors_are_bounded_and_the_rest_counted():
+    errors = [f"spec.x[{i}]: " + "e" * 100 for i in range(100)]
+    kept = requests.bounded(errors)
+    assert len("; ".join(kept).encode()) <= requests.MAX_ERRORS_BYTES + 32
+    assert kept[:-1] == errors[:len(kept) - 1] and kept[-1] == f"and {100 - len(kept) + 1} more errors"
+    assert requests.bounded(errors[:3]) == errors[:3]
+    assert requests.bounded(["x" * 10_000]) == ["x" * 10_000]  # the first error is always kept
+
+
+def test_no_error_text_contains_the_separator():
+    """Errors are joined with "; ": a message that contains it would read as two errors."""
+    assert "; " not in requests.HOST_GATE
+    assert "kubernetes#99425" in requests.HOST_GATE

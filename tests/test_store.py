@@ -19,7 +19,8 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim import store as store_mod
-from shim.store import CorruptRow, ProbeStore, StoreError, decode_registration, registration_of
+from shim.store import (CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable, decode_registration,
+                        registration_of)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,6 +91,34 @@ def test_decode_registration_rejects_garbage_and_foreign_rows():
 
 def test_every_migration_step_is_counted_in_the_schema_version():
     assert store_mod.SCHEMA_VERSION == len(store_mod.MIGRATIONS) >= 1
+
+
+def sqlite_error(message: str, code: int | None) -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError(message)
+    if code is not None:
+        exc.sqlite_errorcode = code
+    return exc
+
+
+def test_file_system_refusals_are_told_apart_from_damage():
+    for code in (13, 8, 10, 778, 14, 3):  # FULL, READONLY, IOERR, IOERR_WRITE (extended), CANTOPEN, PERM
+        assert store_mod.is_io_error(sqlite_error("x", code)), code
+    for code in (11, 26, 1, None):  # CORRUPT, NOTADB, ERROR, no code at all
+        assert not store_mod.is_io_error(sqlite_error("x", code)), code
+
+
+def test_an_unwritable_state_dir_is_named_with_the_os_reason(tmp_path):
+    full = store_mod.unavailable(tmp_path, "probe p1 not stored", sqlite_error("database or disk is full", 13))
+    # The directory is writable now, so SQLITE_FULL's own errno is the reason.
+    assert str(full) == (f"state directory {tmp_path} is not writable: [Errno 28] No space left on device "
+                         "(SQLite: database or disk is full); probe p1 not stored")
+    missing = tmp_path / "gone"
+    readonly = store_mod.unavailable(missing, "p1 not stored", sqlite_error("attempt to write a readonly database", 8))
+    assert str(readonly) == (f"state directory {missing} is not writable: [Errno 2] No such file or directory "
+                             "(SQLite: attempt to write a readonly database); p1 not stored")
+    refused = store_mod.unavailable(tmp_path, "cannot open", PermissionError(13, "Permission denied"))
+    assert str(refused) == f"state directory {tmp_path} is not writable: [Errno 13] Permission denied; cannot open"
+    assert store_mod.os_reason(tmp_path) is None and os.listdir(tmp_path) == []  # the check leaves no file behind
 
 
 # --- with a database -------------------------------------------------------------------------------
@@ -165,8 +194,66 @@ def test_a_newer_schema_is_refused_not_downgraded(db_path):
 def test_a_file_that_is_not_a_database_is_a_clear_error(db_path):
     db_path.parent.mkdir(parents=True)
     db_path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="cannot use .*probes.db"):
+    with pytest.raises(StoreCorrupt, match="cannot use .*probes.db"):
         ProbeStore(db_path)
+
+
+def test_a_state_dir_that_cannot_be_created_is_unavailable_not_corrupt(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StoreUnavailable, match=r"state directory .*/file is not writable: \[Errno 17\] File exists"):
+        ProbeStore(tmp_path / "file" / "probes.db")
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path):
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(state)], check=True)
+    yield state
+    subprocess.run(["umount", "-l", str(state)], check=True)
+
+
+def fill_up(directory: Path) -> Path:
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                f.write(bytes(4096))
+    return filler
+
+
+@needs_root
+def test_a_full_state_dir_refuses_writes_and_keeps_what_was_committed(tiny_tmpfs):
+    with ProbeStore(tiny_tmpfs / "probes.db") as store:
+        store.save(registration("p1"))
+        filler = fill_up(tiny_tmpfs)
+        with pytest.raises(StoreUnavailable, match=r"\[Errno 28\] No space left on device .*probe p2 not stored"):
+            store.save(registration("p2", container="c2"))
+        with pytest.raises(StoreUnavailable, match="1 probe.s. not removed"):
+            store.delete(["p1"])
+        assert [p.probe_id for p in store.load_all()] == ["p1"]
+        filler.unlink()
+        store.save(registration("p2", container="c2"))  # the same connection works again
+        store.delete(["p1"])
+    with ProbeStore(tiny_tmpfs / "probes.db") as store:
+        assert [p.probe_id for p in store.load_all()] == ["p2"]
+
+
+@needs_root
+def test_a_read_only_state_dir_is_unavailable_and_left_untouched(tmp_path):
+    state = tmp_path / "state"
+    ProbeStore(state / "probes.db").close()
+    before = sorted(os.listdir(state))
+    subprocess.run(["mount", "--bind", "-o", "ro", str(state), str(state)], check=True)
+    try:
+        with pytest.raises(StoreUnavailable, match=r"\[Errno 30\] Read-only file system; cannot open the probe store"):
+            ProbeStore(state / "probes.db")
+        assert sorted(os.listdir(state)) == before
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
 
 
 def test_saved_probe_survives_sigkill_right_after_save_returns(db_path):

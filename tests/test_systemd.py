@@ -270,7 +270,7 @@ def test_daemon_notifies_ready_watchdog_and_stopping(tmp_path, monkeypatch):
 
 # --- the daemon under the unit's privileges ----------------------------------------------------
 
-CAPABILITY_BITS = {"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
+CAPABILITY_BITS = {"CAP_CHOWN": 0, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
                    "CAP_DAC_OVERRIDE": 1, "CAP_NET_ADMIN": 12, "CAP_NET_BIND_SERVICE": 10, "CAP_NET_RAW": 13}
 PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 1
 # Runs argv with PR_SET_MDWE set (Linux >= 6.3; inherited by every child): no memory may become
@@ -317,7 +317,8 @@ def hardened_python(tmp_path):
 @pytest.mark.netns
 def test_daemon_works_with_exactly_the_units_capabilities(tmp_path, pod_netns, hardened_python, monkeypatch):
     config = tmp_path / "config.toml"
-    config.write_text("heartbeat_timeout_s = 1.0\n")
+    # CAP_CHOWN: the socket goes to a group root is not a member of (Debian's nogroup, 65534).
+    config.write_text('heartbeat_timeout_s = 1.0\nsocket_group = "65534"\n')
     daemon = DaemonProcess(tmp_path, extra_args=["--config", str(config)])
     with monkeypatch.context() as patch:
         patch.setattr(sys, "executable", hardened_python)  # DaemonProcess starts `sys.executable -m shim.cli`
@@ -327,6 +328,7 @@ def test_daemon_works_with_exactly_the_units_capabilities(tmp_path, pod_netns, h
         expected = sum(1 << CAPABILITY_BITS[c] for c in unit_capabilities())
         assert effective_capabilities(daemon.proc.pid) == expected
         assert "NoNewPrivs:\t1" in Path(f"/proc/{daemon.proc.pid}/status").read_text()
+        assert os.stat(daemon.socket_path).st_gid == 65534
 
         # CAP_SYS_PTRACE: the sandbox is /proc/PID/ns/net of a pause-like process of another uid,
         # as the daemon resolves hostNetwork pods. CAP_SYS_ADMIN: setns. CAP_SETUID/SETGID: the drop.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cri_proto import probe_spec_pb2 as pb
+from probe_worker import validation as V
 from probe_worker.validation import (
     FieldError,
     Timing,
@@ -308,4 +309,72 @@ def test_go_quote_matches_strconv_quote(text, quoted):
     (FieldError.not_supported("a", "z", []), 'a: Unsupported value: "z"'),
 ])
 def test_field_error_prints_like_go(error, text):
+    assert str(error) == text
+
+
+# --- limits (additions: Kubernetes leaves these unbounded) --------------------------------
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (http(path="healthz"),
+     ["spec.http_get.path: Invalid value: \"healthz\": must be an absolute path: start with '/'"]),
+    (http(path="?x"), ["spec.http_get.path: Invalid value: \"?x\": must be an absolute path: start with '/'"]),
+    (http(path="/a\r\nHost: x"),
+     ['spec.http_get.path: Invalid value: "/a\\r\\nHost: x": must not contain control characters']),
+    (http(path="/a\x7fb"), ['spec.http_get.path: Invalid value: "/a\\x7fb": must not contain control characters']),
+    (http(path="/" + "p" * (V.MAX_PATH_BYTES - 1)), []),
+    (http(path="/" + "p" * V.MAX_PATH_BYTES), ["spec.http_get.path: Too long: may not be more than 2048 bytes"]),
+    (http(path="/" + "é" * 1024), ["spec.http_get.path: Too long: may not be more than 2048 bytes"]),  # bytes count
+    (http(host="h" * 253), []),
+    (http(host="h" * 254), ["spec.http_get.host: Too long: may not be more than 253 bytes"]),
+    (pb.ProbeSpec(tcp_socket=pb.TCPSocketAction(port=pb.PortRef(number=1), host="db\n")),
+     ['spec.tcp_socket.host: Invalid value: "db\\n": must not contain control characters']),
+    (pb.ProbeSpec(grpc=pb.GRPCAction(port=1, service="s" * 1024)), []),
+    (pb.ProbeSpec(grpc=pb.GRPCAction(port=1, service="s" * 1025)),
+     ["spec.grpc.service: Too long: may not be more than 1024 bytes"]),
+])
+def test_path_host_and_service_limits(spec, expected):
+    assert validate_probe(READINESS, spec) == expected
+
+
+def test_header_limits():
+    assert validate_probe(READINESS, http(http_headers=headers(*[("X", "v")] * 64))) == []
+    assert validate_probe(READINESS, http(http_headers=headers(*[("X", "v")] * 65))) == [
+        "spec.http_get.http_headers: Too many: 65: must have at most 64 items"]
+    assert validate_probe(READINESS, http(http_headers=headers(("X" * 257, "v"), ("X-B", "v" * 4097)))) == [
+        "spec.http_get.http_headers[0].name: Too long: may not be more than 256 bytes",
+        "spec.http_get.http_headers[1].value: Too long: may not be more than 4096 bytes"]
+    four_full = headers(*[("X-A", "v" * 4093)] * 4)   # 4 x 4096 bytes: exactly the total limit
+    assert validate_probe(READINESS, http(http_headers=four_full)) == []
+    assert validate_probe(READINESS, http(http_headers=four_full + headers(("X", "")))) == [
+        "spec.http_get.http_headers: Too long: may not be more than 16384 bytes"]
+
+
+@pytest.mark.parametrize("name", ["initial_delay_ms", "timeout_ms", "period_ms"])
+def test_durations_are_bounded_by_what_kubernetes_can_hold(name):
+    assert V.MAX_DURATION_MS == 2147483647 * 1000
+    assert validate_probe(READINESS, tcp(**{name: V.MAX_DURATION_MS})) == []
+    assert validate_probe(READINESS, tcp(**{name: V.MAX_DURATION_MS + 1})) == [
+        f"spec.{name}: Invalid value: {V.MAX_DURATION_MS + 1}: must be no more than {V.MAX_DURATION_MS} "
+        "(2147483647 s, the most a Kubernetes probe can hold)"]
+
+
+def test_grace_period_is_bounded_too():
+    assert validate_probe(LIVENESS, tcp(termination_grace_period_ms=V.MAX_DURATION_MS)) == []
+    (error,) = validate_probe(LIVENESS, tcp(termination_grace_period_ms=2**63 - 1))
+    assert error.startswith(f"spec.termination_grace_period_ms: Invalid value: {2**63 - 1}: must be no more than")
+
+
+def test_echoed_values_are_cut():
+    (error,) = validate_probe(READINESS, http(path="x" * 2000))
+    assert error == f'spec.http_get.path: Invalid value: "{"x" * 256}"...: must be an absolute path: start with \'/\''
+    # Cut on a character boundary: no half of a multi-byte character.
+    assert str(FieldError.invalid("a", "é" * 200, "bad")) == f'a: Invalid value: "{"é" * 128}"...: bad'
+
+
+@pytest.mark.parametrize("error, text", [
+    (FieldError.too_long("a.b", 7), "a.b: Too long: may not be more than 7 bytes"),
+    (FieldError.too_many("a", 9, 8), "a: Too many: 9: must have at most 8 items"),
+])
+def test_limit_errors_print_like_go(error, text):
     assert str(error) == text

@@ -11,9 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.containerd_env import (
-    RECONCILE_INTERVAL_S, ContainerdEnv, CriClient, Kubelet, Pod, sweep_stale_sessions, unavailable_reason,
-)
+from tests.containerd_env import RECONCILE_INTERVAL_S, CriClient, Kubelet, Pod, running_containerd
 from tests.daemon_env import DaemonProcess
 from tests.netns_env import REPO_ROOT
 
@@ -29,19 +27,8 @@ def pytest_configure(config):
 @pytest.fixture(scope="package")
 def containerd():
     """containerd with a private config, root, state, sockets, CNI network and the test images."""
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    sweep_stale_sessions()
-    env = ContainerdEnv.create()
-    try:
-        env.start()
-    except BaseException:
-        env.stop()
-        raise
-    yield env
-    errors = env.stop()
-    assert not errors, f"containerd teardown left things behind: {errors}"
+    with running_containerd(unavailable=pytest.skip) as env:
+        yield env
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -35,6 +34,10 @@ import struct
 import sys
 import tempfile
 import urllib.parse
+
+# Run as a script (`python tests/servers/X.py`, also under nsenter without PYTHONPATH): the repo root holds `tests`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.servers.serving import announce_and_wait, listening_socket  # noqa: E402
 
 HEAD_LIMIT = 64 * 1024
 REASONS = {100: "Continue", 200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other",
@@ -118,7 +121,7 @@ class HTTPTestServer:
         self._hangs: set[asyncio.Future] = set()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        sock = _listening_socket(host, port)
+        sock = listening_socket(host, port)
         self.server = await asyncio.start_server(self._serve, sock=sock, ssl=self.tls)
         self.port = sock.getsockname()[1]
         return self.port
@@ -222,19 +225,6 @@ class HTTPTestServer:
         await writer.drain()
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """Binds host ("::" means dual stack: IPv4 and IPv6 on one port)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if host == "::" else 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
-
-
 async def _main(args: argparse.Namespace) -> int:
     tls = None
     if args.tls:
@@ -244,12 +234,7 @@ async def _main(args: argparse.Namespace) -> int:
             return 3
     server = HTTPTestServer(tls)
     port = await server.start(args.host, args.port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    print(f"READY {port}", flush=True)
-    await stop.wait()
+    await announce_and_wait(port)
     await server.stop()
     return 0
 
