@@ -170,7 +170,7 @@ class Phase(_message.Message):
     def __init__(self, name: _Optional[str] = ..., start_offset_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., detail: _Optional[str] = ..., error: _Optional[str] = ..., children: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("result", "output", "started_at_unix_ns", "duration_ns", "address", "phases", "http_status_code", "grpc_status")
+    __slots__ = ("result", "output", "started_at_unix_ns", "duration_ns", "address", "phases", "http_status_code", "grpc_status", "scheduled_at_unix_ns", "ticks_missed")
     RESULT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,8 @@ class Attempt(_message.Message):
     PHASES_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
     GRPC_STATUS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    TICKS_MISSED_FIELD_NUMBER: _ClassVar[int]
     result: AttemptResult
     output: str
     started_at_unix_ns: int
@@ -187,4 +189,6 @@ class Attempt(_message.Message):
     phases: _containers.RepeatedCompositeFieldContainer[Phase]
     http_status_code: int
     grpc_status: str
-    def __init__(self, result: _Optional[_Union[AttemptResult, str]] = ..., output: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., address: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., http_status_code: _Optional[int] = ..., grpc_status: _Optional[str] = ...) -> None: ...
+    scheduled_at_unix_ns: int
+    ticks_missed: int
+    def __init__(self, result: _Optional[_Union[AttemptResult, str]] = ..., output: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., address: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., http_status_code: _Optional[int] = ..., grpc_status: _Optional[str] = ..., scheduled_at_unix_ns: _Optional[int] = ..., ticks_missed: _Optional[int] = ...) -> None: ...

@@ -9,6 +9,7 @@ supervisor threads and by tests.
 from __future__ import annotations
 
 import asyncio
+import collections
 import select
 import socket
 import struct
@@ -57,23 +58,47 @@ class FrameDecoder:
 
 
 class AsyncChannel:
-    """Worker side: one reader task, any number of writers serialized by a lock."""
+    """Worker side: one reader task, any number of writers whose frames never interleave."""
 
     def __init__(self, sock: socket.socket, decoder: FrameDecoder | None = None, pending: list[bytes] | None = None) -> None:
         sock.setblocking(False)
         self._sock = sock
         self._decoder = decoder or FrameDecoder()
         self._pending: list[bytes] = pending or []
-        self._write_lock = asyncio.Lock()
+        # Bytes the kernel has not taken yet, in order, and the task writing them out.
+        self._unsent: collections.deque[bytes] = collections.deque()
+        self._flusher: asyncio.Future[None] | None = None
 
     async def send(self, message: Message) -> None:
+        """Returns once the frame is handed to the kernel; raises OSError if the daemon is gone."""
+        data = encode(message)
+        if not self._unsent:
+            # Nearly always the kernel takes a whole frame at once: written here, with no
+            # task and no extra turn of the event loop (a fifth of a TCP attempt's cost).
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        # The rest, and every frame after it, queue up behind: nothing interleaves.
+        self._unsent.append(data)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
         # Shielded: a probe task cancelled mid-write (probe removed) must not leave
         # half a frame on the socket; the write finishes in the background instead.
-        await asyncio.shield(self._send_frame(encode(message)))
+        await asyncio.shield(self._flusher)
 
-    async def _send_frame(self, data: bytes) -> None:
-        async with self._write_lock:  # sock_sendall may write partially; frames must not interleave
-            await asyncio.get_running_loop().sock_sendall(self._sock, data)
+    async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._unsent:
+                await loop.sock_sendall(self._sock, self._unsent[0])
+                self._unsent.popleft()
+        except BaseException:
+            self._unsent.clear()  # the socket is broken: later sends find out for themselves
+            raise
 
     async def recv(self) -> bytes:
         loop = asyncio.get_running_loop()

@@ -206,6 +206,11 @@ def user_agent(kube_agent: str) -> str:
 
 def request_headers(authority: str, kube_agent: str, remaining_ns: int) -> list[tuple[str, str]]:
     """http2Client.createHeaderFields for a call with a deadline and no metadata."""
+    return fixed_request_headers(authority, kube_agent) + [("grpc-timeout", encode_timeout(remaining_ns))]
+
+
+def fixed_request_headers(authority: str, kube_agent: str) -> list[tuple[str, str]]:
+    """The request headers before grpc-timeout, the only one that changes from call to call."""
     return [
         (":method", "POST"),
         (":scheme", "http"),
@@ -214,7 +219,6 @@ def request_headers(authority: str, kube_agent: str, remaining_ns: int) -> list[
         ("content-type", "application/grpc"),
         ("user-agent", user_agent(kube_agent)),
         ("te", "trailers"),
-        ("grpc-timeout", encode_timeout(remaining_ns)),
     ]
 
 

@@ -2,8 +2,10 @@
 
 Timing decisions come from probe_worker.scheduling, threshold bookkeeping from
 probe_worker.thresholds; this module only wires them to the clock, the prober
-and the channel. Results go out as events: an AttemptReport per attempt and a
-StateChange only when the thresholded state changes (emit on change).
+and the channel. Results go out as events: an AttemptReport per attempt (with
+the due time of the tick it ran for and the ticks dropped before it, so the
+daemon can count late and missed attempts) and a StateChange only when the
+thresholded state changes (emit on change).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.prober import Prober
-from probe_worker.scheduling import Ticker, gate, initial_jitter_ms
+from probe_worker.scheduling import PhaseGrid, gate
 from probe_worker.thresholds import ThresholdTracker, container_started
 from probe_worker.validation import Timing, effective_timing, validate_probe
 
@@ -43,7 +45,7 @@ class ProbeManager:
     def __init__(self, prober: Prober, emit: Emit, rand: Callable[[], float] = random.random) -> None:
         self._prober = prober
         self._emit = emit
-        self._rand = rand
+        self._grid = PhaseGrid(rand)  # the sandbox's probes of one period share wake-ups: see scheduling
         self._probes: dict[str, _Probe] = {}
 
     def __len__(self) -> int:
@@ -109,13 +111,16 @@ class ProbeManager:
         loop = asyncio.get_running_loop()
         reg, timing, tracker = probe.reg, probe.timing, probe.tracker
         now_ms = loop.time() * 1000
-        ticker = Ticker(now_ms + initial_jitter_ms(timing.period_ms, reg.start_now, self._rand), timing.period_ms)
+        ticker = self._grid.ticker(now_ms, timing.period_ms, reg.start_now)
+        missed_reported = 0
         while True:
             wait_ms = ticker.next_fire() - loop.time() * 1000
             if wait_ms > 0:
                 await asyncio.sleep(wait_ms / 1000)
             now_ms = loop.time() * 1000
-            ticker.consume(now_ms)
+            due_ms = ticker.consume(now_ms)
+            # The tick's due time on the wall clock, which the attempt's start is reported on.
+            scheduled_at_ns = time.time_ns() - round((now_ms - due_ms) * 1e6)
             skip = gate(
                 reg.type,
                 now_ms=now_ms,
@@ -127,6 +132,8 @@ class ProbeManager:
             if skip is not None:
                 continue
             attempt = await self._prober.run(reg.spec, reg.container.ports)
+            attempt.scheduled_at_unix_ns = scheduled_at_ns
+            attempt.ticks_missed, missed_reported = ticker.missed - missed_reported, ticker.missed
             previous = tracker.state
             changed = tracker.observe(attempt.result)
             await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.addresses import AddressError, choose_endpoint
@@ -33,15 +34,49 @@ def user_agent(version: str) -> str:
     return f"kube-probe/{version}"
 
 
+# Distinct (spec, container ports) pairs a worker keeps plans for; a worker has a handful of probes,
+# and a full cache is simply emptied (a plan costs tens of microseconds to rebuild).
+PLAN_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every attempt of one spec does before connecting, worked out once.
+
+    It depends only on the spec, the container's ports and the pod IPs, none of which
+    change between attempts, while working it out (port lookup, address family choice)
+    costs as much as a TCP probe's own Python work.
+    """
+
+    handler: Handler | None = None
+    endpoint: Endpoint | None = None
+    timeout_ms: int = 0
+    unknown: str = ""       # why every attempt is UNKNOWN without connecting, if it is
+
+
+def plan_attempt(spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort],
+                 pod_ips: Sequence[str]) -> Plan:
+    handler = handler_for(spec)
+    if handler is None:
+        return Plan(unknown="the probe has no http_get, tcp_socket or grpc handler")
+    try:
+        port = resolve_port(handler.port, container_ports)
+        endpoint = choose_endpoint(handler.host, spec.target, spec.ip_family, port, pod_ips)
+    except (PortError, AddressError) as exc:
+        return Plan(handler=handler, unknown=str(exc))
+    return Plan(handler=handler, endpoint=endpoint, timeout_ms=effective_timing(spec).timeout_ms)
+
+
 class Prober:
     def __init__(self, pod_ips: Sequence[str], user_agent_version: str) -> None:
         self.pod_ips = list(pod_ips)
         self.user_agent = user_agent(user_agent_version)
+        self._plans: dict[tuple[bytes, tuple[bytes, ...]], Plan] = {}
 
     async def run(self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.Attempt:
         started_wall = time.time_ns()
         trace = Trace()
-        outcome = await self._outcome(spec, container_ports, trace)
+        outcome = await self._outcome(spec, self._plan(spec, container_ports), trace)
         return spec_pb.Attempt(
             result=outcome.result,
             output=outcome.output,
@@ -53,22 +88,25 @@ class Prober:
             grpc_status=outcome.grpc_status,
         )
 
-    async def _outcome(
-        self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort], trace: Trace
-    ) -> Outcome:
-        handler = handler_for(spec)
-        if handler is None:
-            return Outcome(UNKNOWN, "the probe has no http_get, tcp_socket or grpc handler")
-        try:
-            port = resolve_port(handler.port, container_ports)
-            endpoint = choose_endpoint(handler.host, spec.target, spec.ip_family, port, self.pod_ips)
-        except (PortError, AddressError) as exc:
-            return Outcome(UNKNOWN, str(exc))
-        timeout_ms = effective_timing(spec).timeout_ms
+    def _plan(self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort]) -> Plan:
+        # Keyed by content, not identity: a caller may reuse or change a message in place.
+        key = (spec.SerializeToString(deterministic=True),
+               tuple(p.SerializeToString(deterministic=True) for p in container_ports))
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            plan = self._plans[key] = plan_attempt(spec, container_ports, self.pod_ips)
+        return plan
+
+    async def _outcome(self, spec: spec_pb.ProbeSpec, plan: Plan, trace: Trace) -> Outcome:
+        if plan.unknown:
+            return Outcome(UNKNOWN, plan.unknown)
+        assert plan.handler is not None and plan.endpoint is not None
         # The kubelet runs a probe that ended in an error (UNKNOWN here) again at once,
         # up to 3 tries (prober.runProbeWithRetries); the server sees every try.
         for _ in range(MAX_TRIES):
-            outcome = await self._try(handler, spec, endpoint, timeout_ms, trace)
+            outcome = await self._try(plan.handler, spec, plan.endpoint, plan.timeout_ms, trace)
             if outcome.result != UNKNOWN:
                 break
         return outcome

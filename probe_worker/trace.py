@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 
 from cri_proto import probe_spec_pb2 as spec_pb
 
+# A detail or error may quote the target (a redirect URL of up to 64 KiB); ten hops of those
+# would overflow the worker's 1 MiB frame and lose the attempt. Cut each one to this size.
+MAX_PHASE_TEXT_CHARS = 1024
+
 
 @dataclass
 class PhaseRecord:
@@ -24,14 +28,38 @@ class PhaseRecord:
     children: list["PhaseRecord"] = field(default_factory=list)
 
     def to_proto(self, origin_ns: int) -> spec_pb.Phase:
-        return spec_pb.Phase(
+        phase = spec_pb.Phase(
             name=self.name,
             start_offset_ns=self.start_ns - origin_ns,
             duration_ns=self.duration_ns,
-            detail=self.detail,
-            error=self.error,
-            children=[c.to_proto(origin_ns) for c in self.children],
+            detail=_clip(self.detail),
+            error=_clip(self.error),
         )
+        if self.children:
+            phase.children.extend(c.to_proto(origin_ns) for c in self.children)
+        return phase
+
+
+class _PhaseScope:
+    """The context manager of Trace.phase: a class rather than @contextmanager, whose
+    generator costs more than the phase's own bookkeeping, several times per attempt."""
+
+    __slots__ = ("_clock", "_record")
+
+    def __init__(self, clock: Callable[[], int], record: PhaseRecord) -> None:
+        self._clock = clock
+        self._record = record
+
+    def __enter__(self) -> PhaseRecord:
+        return self._record
+
+    def __exit__(self, exc_type, exc: BaseException | None, tb) -> bool:
+        record = self._record
+        if exc is not None:
+            # Cancellation by the attempt deadline is the common case here.
+            record.error = record.error or _describe(exc)
+        record.duration_ns = self._clock() - record.start_ns
+        return False
 
 
 class Trace:
@@ -42,18 +70,11 @@ class Trace:
         self.origin_ns = clock() if origin_ns is None else origin_ns
         self.phases: list[PhaseRecord] = []
 
-    @contextmanager
-    def phase(self, name: str, detail: str = "") -> Iterator[PhaseRecord]:
+    def phase(self, name: str, detail: str = "") -> _PhaseScope:
+        """`with trace.phase(...) as record:` times the block; an exception leaving it is its error."""
         record = PhaseRecord(name=name, start_ns=self._clock(), detail=detail)
         self.phases.append(record)
-        try:
-            yield record
-        except BaseException as exc:
-            # Cancellation by the attempt deadline is the common case here.
-            record.error = record.error or _describe(exc)
-            raise
-        finally:
-            record.duration_ns = self._clock() - record.start_ns
+        return _PhaseScope(self._clock, record)
 
     @contextmanager
     def sub(self, name: str, detail: str = "") -> Iterator["Trace"]:
@@ -65,6 +86,10 @@ class Trace:
 
     def to_proto(self) -> list[spec_pb.Phase]:
         return [p.to_proto(self.origin_ns) for p in self.phases]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_PHASE_TEXT_CHARS else text[:MAX_PHASE_TEXT_CHARS] + "..."
 
 
 def _describe(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gzip
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -23,6 +24,7 @@ from prometheus_client.exposition import choose_encoder, generate_latest, gzip_a
 from prometheus_client.metrics_core import Metric
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.scheduling import LATE_AFTER_NS
 from shim.config import ConfigError
 
 # probeType.String() in prober_manager.go.
@@ -53,6 +55,16 @@ LINGER_S = 1.0
 LINGER_BYTES = 256 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class _ProbeSeries:
+    """The labelled series one attempt updates, looked up once per (probe, result)."""
+
+    total: Counter
+    duration: Histogram | None   # None for results the kubelet does not observe
+    late: Counter
+    missed: Counter
+
+
 class ShimMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -78,26 +90,68 @@ class ShimMetrics:
             "probe_shim_watch_subscribers", "Open WatchProbeStatus streams.", registry=self.registry
         )
         self._probes = Gauge("probe_shim_probes", "Registered probes.", registry=self.registry)
+        # Punctuality, per probe with the labels of prober_probe_duration_seconds (no pod_uid, no
+        # result): one series each per probe, like the kubelet's own per-probe series.
+        self._late = Counter(
+            "probe_shim_attempts_late_total",
+            f"Probe attempts that started more than {LATE_AFTER_NS // 1_000_000} ms after their tick was due.",
+            _DURATION_LABELS, registry=self.registry,
+        )
+        self._missed = Counter(
+            "probe_shim_ticks_missed_total",
+            "Probe ticks dropped because an attempt (or a stalled worker) outlasted the period; "
+            "the kubelet's ticker drops them the same way.",
+            _DURATION_LABELS, registry=self.registry,
+        )
+        # The labelled series of each probe, found with one dict lookup per attempt instead of
+        # prometheus_client's label validation and locking; forget_probe drops them with the series.
+        self._attempt_series: dict[tuple, _ProbeSeries] = {}
         # What is exposed: the same metrics without prometheus_client's *_created
         # series, which the kubelet (Go client, text format) does not emit.
         self._exposed = CollectorRegistry()
         self._exposed.register(_WithoutCreated(self.registry))
 
     def observe_attempt(
-        self, probe_type: int, result: int, duration_s: float, *, container: str, pod: str, namespace: str, pod_uid: str
+        self, probe_type: int, result: int, duration_s: float, *, container: str, pod: str, namespace: str,
+        pod_uid: str, late: bool = False, ticks_missed: int = 0,
     ) -> None:
-        type_label = probe_type_label(probe_type)
-        result_label = RESULT_LABELS.get(result, "unknown")
-        self._probe_total.labels(type_label, result_label, container, pod, namespace, pod_uid).inc()
-        if result_label in OBSERVED_RESULTS:
-            self._probe_duration.labels(type_label, container, pod, namespace).observe(max(duration_s, 0.0))
+        """One attempt: its result and duration, whether it started late, the ticks dropped before it."""
+        key = (probe_type_label(probe_type), RESULT_LABELS.get(result, "unknown"), container, pod, namespace, pod_uid)
+        series = self._attempt_series.get(key)
+        if series is None:
+            series = self._attempt_series[key] = self._series_for(*key)
+        series.total.inc()
+        if series.duration is not None:
+            series.duration.observe(max(duration_s, 0.0))
+        if late:
+            series.late.inc()
+        if ticks_missed > 0:  # the worker's number: a negative one must not make inc() raise
+            series.missed.inc(ticks_missed)
+
+    def _series_for(
+        self, type_label: str, result_label: str, container: str, pod: str, namespace: str, pod_uid: str
+    ) -> _ProbeSeries:
+        per_probe = (type_label, container, pod, namespace)
+        return _ProbeSeries(
+            total=self._probe_total.labels(type_label, result_label, container, pod, namespace, pod_uid),
+            duration=self._probe_duration.labels(*per_probe) if result_label in OBSERVED_RESULTS else None,
+            # Created with the probe's first attempt, so they read 0 rather than being absent.
+            late=self._late.labels(*per_probe),
+            missed=self._missed.labels(*per_probe),
+        )
 
     def forget_probe(self, probe_type: int, *, container: str, pod: str, namespace: str, pod_uid: str) -> None:
         """Drops a removed probe's series, as the kubelet's worker does when it stops."""
         type_label = probe_type_label(probe_type)
         for result_label in ("successful", "failed", "unknown"):
             self._probe_total.remove(type_label, result_label, container, pod, namespace, pod_uid)
-        self._probe_duration.remove(type_label, container, pod, namespace)
+        for per_probe in (self._probe_duration, self._late, self._missed):
+            per_probe.remove(type_label, container, pod, namespace)
+        # These have no pod_uid label: a namesake pod's probe (a recreated StatefulSet pod)
+        # shared the series just removed, and must not keep observing into the removed objects.
+        histogram_key = (type_label, container, pod, namespace)
+        for key in [k for k in self._attempt_series if (k[0], *k[2:5]) == histogram_key]:
+            del self._attempt_series[key]
 
     def set_workers(self, n: int) -> None:
         self._workers.set(n)

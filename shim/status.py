@@ -189,6 +189,11 @@ class StatusBoard:
         out.CopyFrom(probe)
         return out
 
+    def peek(self, probe_id: str) -> Probe | None:
+        """The stored probe itself, not a copy, for the per-attempt path where a copy of every field
+        would cost more than the rest of the bookkeeping. Read-only: change it with update()."""
+        return self._probes.get(probe_id)
+
     def list(self, filter: ProbeFilter | None = None) -> list[Probe]:
         """Copies of the matching probes, sorted by sandbox, container, type."""
         selected = [p for p in self._probes.values() if filter is None or matches(filter, p)]
@@ -232,15 +237,21 @@ class StatusBoard:
         return self._revision
 
     def record_attempt(self, probe_id: str, mutate: Callable[[Probe], None]) -> None:
-        """Applies an attempt's effects (last_attempt, totals, counters) in place, without a new revision.
+        """Applies an attempt's effects (last_attempt, totals, counters), without a new revision.
 
         Attempts are not state changes: they are neither in the history nor sent to watchers without
         every_attempt. mutate must only touch status fields (not the identity a filter looks at).
         """
-        probe = self._probes.get(probe_id)
-        if probe is None:
+        current = self._probes.get(probe_id)
+        if current is None:
             return
+        # On a fresh copy, not in place: protobuf (upb) frees the memory of a replaced sub-message
+        # only with the whole message, so a stored probe changed in place grew by an attempt at every
+        # attempt (~0.6 KiB; the daemon grew 115 KiB/s at 300 attempts/s). The copy costs ~1 us.
+        probe = Probe()
+        probe.CopyFrom(current)
         mutate(probe)
+        self._probes[probe_id] = probe
         targets = [w for w in self._watchers if w.every_attempt and matches(w.filter, probe)]
         if targets:
             response = self._response(service_pb.ATTEMPT, probe)

@@ -5,8 +5,9 @@ start, duration, phases as offsets from the start). This module, imported only
 by the daemon, replays that data as spans with explicit timestamps, so a span's
 times are the attempt's and not the moment the daemon heard about it.
 
-Exporters: "none" (spans still get real trace and span ids, which status shows),
-"console" (one JSON line per span) and "otlp" (OTLP/gRPC, an optional extra).
+Exporters: "none" (no span is built, but each attempt still gets real trace and
+span ids, which status shows), "console" (one JSON line per span) and "otlp"
+(OTLP/gRPC, an optional extra).
 A W3C `traceparent` from the API caller makes the attempt span its child.
 """
 
@@ -22,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode, format_span_id, format_trace_id
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -66,7 +68,12 @@ class AttemptTracer:
         self._provider = TracerProvider(
             resource=Resource.create({"service.name": service_name}), shutdown_on_exit=False
         )
+        self._id_generator = RandomIdGenerator()
         span_exporter = _make_exporter(exporter, otlp_endpoint, console_stream)
+        # With nothing to hand spans to, building them (an attempt span plus one per phase,
+        # through the SDK's sampler, attribute cleaning and processors) would be most of the
+        # daemon's CPU per attempt, for spans that go nowhere: only their ids are kept.
+        self._ids_only = span_exporter is None and span_processor is None
         if span_exporter is not None:
             # Exports happen on the processor's thread: a slow collector or a full
             # stderr pipe never stalls the daemon's event loop.
@@ -91,6 +98,8 @@ class AttemptTracer:
         spec: spec_pb.ProbeSpec | None = None,
     ) -> tuple[str, str]:
         """Records one finished attempt; returns its span's (trace id, span id) in hex."""
+        if self._ids_only:
+            return self._new_ids(traceparent, tracestate)
         kind = handler_kind(spec)
         start = attempt.started_at_unix_ns
         span = self._tracer.start_span(
@@ -112,6 +121,13 @@ class AttemptTracer:
         span.end(end_time=start + max(attempt.duration_ns, 0))
         ids = span.get_span_context()
         return format_trace_id(ids.trace_id), format_span_id(ids.span_id)
+
+    def _new_ids(self, traceparent: str | None, tracestate: str | None) -> tuple[str, str]:
+        """The ids the SDK would give the attempt span: the caller's trace id if it sent a valid
+        parent, else a new random one, and a new random span id."""
+        parent = trace.get_current_span(parent_context(traceparent, tracestate)).get_span_context()
+        trace_id = parent.trace_id if parent.is_valid else self._id_generator.generate_trace_id()
+        return format_trace_id(trace_id), format_span_id(self._id_generator.generate_span_id())
 
     def _record_phase(self, phase: spec_pb.Phase, parent: Context, attempt_start: int, budget: list[int]) -> None:
         if budget[0] <= 0:

@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.channel import MAX_FRAME, BlockingChannel, ChannelClosed, FrameDecoder, FrameError, encode
+from probe_worker.channel import MAX_FRAME, AsyncChannel, BlockingChannel, ChannelClosed, FrameDecoder, FrameError, encode
 
 
 def test_decoder_reassembles_frames_split_anywhere():
@@ -48,3 +48,64 @@ def test_blocking_recv_times_out():
     with pytest.raises(TimeoutError):
         BlockingChannel(a).recv(timeout=0.01)
     b.close()
+
+
+def test_frames_from_concurrent_writers_never_interleave_when_the_kernel_takes_them_in_pieces():
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # frames below go out in several pieces
+    reader = BlockingChannel(b)
+    # 40 frames of ~20 KiB from 8 writers at once, far more than the socket buffer holds.
+    sent = [worker_pb.WorkerEvent(seq=i, fatal=worker_pb.Fatal(message=chr(65 + i % 26) * 20_000)) for i in range(40)]
+
+    async def writers():
+        chan = AsyncChannel(a)
+
+        async def writer(k: int) -> None:
+            for event in sent[k::8]:
+                await chan.send(event)
+
+        await asyncio.gather(*(writer(k) for k in range(8)))
+
+    async def main():
+        # The reader drains from a thread while the writers block on a full buffer.
+        received = asyncio.get_running_loop().run_in_executor(
+            None, lambda: [worker_pb.WorkerEvent.FromString(reader.recv(timeout=10)) for _ in sent])
+        await writers()
+        return await received
+
+    received = asyncio.run(main())
+    assert sorted(received, key=lambda e: e.seq) == sent  # every frame intact
+    for k in range(8):  # each writer's frames in the order it sent them
+        assert [e.seq for e in received if e.seq % 8 == k] == [e.seq for e in sent[k::8]]
+
+
+def test_a_writer_cancelled_mid_frame_still_leaves_a_whole_frame():
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    reader = BlockingChannel(b)
+    big = worker_pb.WorkerEvent(seq=1, fatal=worker_pb.Fatal(message="x" * 200_000))
+
+    async def main():
+        chan = AsyncChannel(a)
+        writer = asyncio.create_task(chan.send(big))
+        await asyncio.sleep(0)            # it wrote what the buffer took, the rest is pending
+        assert not writer.done()
+        writer.cancel()                   # e.g. the probe was removed
+        received = asyncio.get_running_loop().run_in_executor(
+            None, lambda: [worker_pb.WorkerEvent.FromString(reader.recv(timeout=10)) for _ in range(2)])
+        await chan.send(worker_pb.WorkerEvent(seq=2))
+        return await received
+
+    first, second = asyncio.run(main())
+    assert first == big and second.seq == 2
+
+
+def test_send_raises_once_the_other_side_is_gone():
+    a, b = socket.socketpair()
+    b.close()
+
+    async def main():
+        with pytest.raises(OSError):
+            await AsyncChannel(a).send(worker_pb.WorkerEvent(seq=1))
+
+    asyncio.run(main())

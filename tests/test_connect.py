@@ -1,6 +1,7 @@
 """Happy Eyeballs connect on loopback (allowed traffic), real sockets."""
 
 import asyncio
+import select
 import socket
 
 import pytest
@@ -69,3 +70,47 @@ def test_linger_zero_leaves_no_time_wait():
     hexport = f"{port:04X}"
     time_wait = [r for r in rows if r[3] == "06" and (r[1].endswith(hexport) or r[2].endswith(hexport))]
     assert time_wait == []
+
+
+def _fill_backlog(server):
+    """Connections the listener queues but never accepts, until the kernel drops further SYNs."""
+    fillers = []
+    while len(fillers) < 16:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.connect_ex(server.getsockname())
+        _, writable, _ = select.select([], [sock], [], 0.2)
+        if not writable:
+            sock.close()
+            return fillers
+        fillers.append(sock)
+    raise AssertionError("the listen backlog never filled up")
+
+
+def test_a_handshake_still_in_progress_after_connect_returns_is_waited_for():
+    # Usually the handshake is over when connect() returns (a zero-timeout poll sees it);
+    # here the SYN is dropped, so the connect must wait, and succeed on the SYN's retry
+    # (1 s later) once the queue has room again.
+    server = _listener(socket.AF_INET, "127.0.0.1")
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = _fill_backlog(server)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        task = asyncio.create_task(_connect(Endpoint("127.0.0.1", ("127.0.0.1",), port), timeout=5))
+        await asyncio.sleep(0)          # the connect ran up to its wait: its SYN was dropped
+        assert not task.done()
+        server.accept()[0].close()      # room in the queue for the retried SYN
+        address, _ = await task
+        return address, loop.time() - started
+
+    try:
+        address, took = asyncio.run(go())
+    finally:
+        for sock in fillers:
+            sock.close()
+        server.close()
+    assert address == f"127.0.0.1:{port}"
+    assert took >= 0.5  # it waited for the SYN retry, it did not give up or fake a connection

@@ -143,6 +143,36 @@ def test_url_and_host_name_the_family_that_answered():
     assert outcome.output == default_head("/echo", f"[::1]:{port}")
 
 
+def test_a_reused_request_names_whichever_family_answers_each_attempt():
+    """The first request of a spec is built once; each attempt still names the IP that answered it."""
+
+    async def go():
+        v4 = HTTPTestServer()
+        port = await v4.start("127.0.0.1")
+        v6 = HTTPTestServer()
+        await v6.start("::1", port)
+        try:
+            kw = dict(host="127.0.0.1", addresses=("127.0.0.1", "::1"))
+            first, _, _ = await run_probe("/echo", port, **kw)
+            await v4.stop()                      # now only IPv6 answers
+            second, _, _ = await run_probe("/echo", port, **kw)
+            await v4.start("127.0.0.1", port)    # and IPv4 again
+            third, _, _ = await run_probe("/echo", port, **kw)
+            return [first, second, third], port
+        finally:
+            await v4.stop()
+            await v6.stop()
+
+    try:
+        outcomes, port = asyncio.run(go())
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback or port {exc}")
+    assert [o.output for o in outcomes] == [
+        default_head("/echo", f"127.0.0.1:{port}"), default_head("/echo", f"[::1]:{port}"),
+        default_head("/echo", f"127.0.0.1:{port}")]
+    assert [o.address for o in outcomes] == [f"127.0.0.1:{port}", f"[::1]:{port}", f"127.0.0.1:{port}"]
+
+
 # --- redirects -------------------------------------------------------------------------------
 
 

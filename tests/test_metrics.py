@@ -114,6 +114,56 @@ def test_forget_probe_removes_its_series_and_keeps_the_others():
     m.forget_probe(spec_pb.STARTUP, **POD)  # never observed: nothing to do, no error
 
 
+def per_probe_labels(probe_type: str = "Readiness", **pod) -> tuple:
+    labels = {"probe_type": probe_type, "container": "web", "pod": "web-0", "namespace": "shop", **pod}
+    return tuple(sorted(labels.items()))
+
+
+def test_late_attempts_and_missed_ticks_are_counted_per_probe():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    # A punctual probe shows 0, not an absent series.
+    assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels(): 0.0}
+    assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels(): 0.0}
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_FAILURE, 2.5, **POD, late=True, ticks_missed=2)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, late=True)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, ticks_missed=-5)  # a bad worker
+    assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels(): 2.0}
+    assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels(): 2.0}
+    assert "probe_shim_attempts_late_created" not in m.render().decode()
+
+
+def test_forget_probe_removes_its_punctuality_series():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, late=True, ticks_missed=1)
+    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.forget_probe(spec_pb.READINESS, **POD)
+    assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels("Liveness"): 0.0}
+    assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels("Liveness"): 0.0}
+
+
+def test_a_probe_observed_again_after_forget_counts_from_zero():
+    m = ShimMetrics()
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.forget_probe(spec_pb.READINESS, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful"): 1.0}
+    assert list(samples(m, "prober_probe_duration_seconds_count").values()) == [1.0]
+
+
+def test_forgetting_a_namesake_pod_keeps_the_new_pods_histogram_observing():
+    # A recreated StatefulSet pod: same name, new uid. The histogram has no pod_uid label,
+    # so both pods' probes share its series; forgetting the old one removes it.
+    m = ShimMetrics()
+    new_pod = dict(POD, pod_uid="uid-2")
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **new_pod)
+    m.forget_probe(spec_pb.READINESS, **POD)
+    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **new_pod)
+    assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful", pod_uid="uid-2"): 2.0}
+    assert list(samples(m, "prober_probe_duration_seconds_count").values()) == [1.0]
+
+
 def test_metrics_use_a_private_registry():
     m = ShimMetrics()
     m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)

@@ -1,4 +1,4 @@
-"""Probe timing: jitter, Go-ticker semantics and the per-tick gate, driven by a fake clock."""
+"""Probe timing: the tick grid, Go-ticker semantics and the per-tick gate, driven by a fake clock."""
 
 from __future__ import annotations
 
@@ -8,13 +8,17 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as pb
 from probe_worker.scheduling import (
+    LATE_AFTER_NS,
+    MAX_GRIDS,
     SKIP_INITIAL_DELAY,
     SKIP_ON_HOLD,
     SKIP_STARTUP_DONE,
     SKIP_WAITING_FOR_STARTUP,
+    PhaseGrid,
     Ticker,
     gate,
-    initial_jitter_ms,
+    grid_point,
+    is_late,
 )
 
 LIVENESS, READINESS, STARTUP = pb.LIVENESS, pb.READINESS, pb.STARTUP
@@ -46,36 +50,82 @@ def simulate(ticker: Ticker, clock: FakeClock, attempts: int,
     return started
 
 
-# --- jitter --------------------------------------------------------------------------
+# --- the grid ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("period, start_now, rand_value, expected", [
-    (10_000, True, 0.7, 0.0),
-    (10_000, False, 0.0, 0.0),
-    (10_000, False, 0.25, 2_500.0),
-    (10_000, False, 0.999999, 9_999.99),
-    (250, False, 0.5, 125.0),
+@pytest.mark.parametrize("at, after, expected", [
+    (0.0, False, 250.0),
+    (250.0, False, 250.0),       # on the grid: that point
+    (250.0, True, 1_250.0),      # ... unless strictly after it is asked for
+    (251.0, False, 1_250.0),
+    (-800.0, False, -750.0),
+    (1e7 + 250.0, False, 1e7 + 250.0),
 ])
-def test_initial_jitter(period, start_now, rand_value, expected):
-    assert initial_jitter_ms(period, start_now, lambda: rand_value) == pytest.approx(expected)
+def test_grid_point(at, after, expected):
+    assert grid_point(at, 1_000.0, 250.0, after=after) == expected
 
 
-def test_start_now_does_not_draw_a_random_number():
-    def rand() -> float:
-        raise AssertionError("rand() called")
-    assert initial_jitter_ms(10_000, True, rand) == 0.0
+def test_float_grid_points_stay_on_the_right_side():
+    for k in range(1, 200):
+        at = 0.3 + k * 0.1       # not exact in binary floating point
+        assert grid_point(at, 0.1, 0.3) >= at > grid_point(at, 0.1, 0.3) - 0.1
+        assert grid_point(at, 0.1, 0.3, after=True) > at
+
+
+def draws(*values: float) -> Callable[[], float]:
+    it = iter(values)
+    return lambda: next(it)
+
+
+def test_a_phase_is_drawn_once_per_period():
+    grid = PhaseGrid(draws(0.25, 0.5))   # a third draw would raise StopIteration
+    assert grid.phase_ms(1_000) == 250.0
+    assert grid.phase_ms(10_000) == 5_000.0
+    assert grid.phase_ms(1_000) == 250.0
+
+
+def test_phases_stay_bounded_however_many_periods_come_and_go():
+    grid = PhaseGrid(lambda: 0.5)
+    for period in range(1, 10 * MAX_GRIDS):
+        assert grid.phase_ms(period) == period / 2
+    assert len(grid._phases) <= MAX_GRIDS
 
 
 @pytest.mark.parametrize("bad", [1.0, -0.1, 2.0])
-def test_jitter_rejects_rand_outside_unit_interval(bad):
+def test_phase_rejects_rand_outside_unit_interval(bad):
     with pytest.raises(ValueError):
-        initial_jitter_ms(10_000, False, lambda: bad)
+        PhaseGrid(lambda: bad).phase_ms(1_000)
 
 
-def test_jitter_stays_within_one_period_for_many_draws():
-    values = [i / 1000 for i in range(1000)]
-    jitters = [initial_jitter_ms(300, False, lambda v=v: v) for v in values]
-    assert min(jitters) == 0.0
-    assert max(jitters) < 300
+def test_probes_of_one_period_tick_together_whenever_they_were_added():
+    grid = PhaseGrid(draws(0.25))
+    first, second = grid.ticker(100.0, 1_000, False), grid.ticker(1_830.0, 1_000, False)
+    assert simulate(first, FakeClock(100.0), 4) == [250.0, 1_250.0, 2_250.0, 3_250.0]
+    assert simulate(second, FakeClock(1_830.0), 2) == [2_250.0, 3_250.0]
+
+
+def test_each_probe_alone_still_waits_a_uniform_part_of_a_period_first():
+    # Over phases spread evenly across a period, the first tick comes 0 .. period later, evenly.
+    delays = sorted(PhaseGrid(lambda f=i / 1000: f).ticker(12_345.0, 300, False).next_fire() - 12_345.0
+                    for i in range(1000))
+    assert delays[0] >= 0.0 and delays[-1] < 300
+    assert [round(d / 30) for d in delays[::100]] == list(range(10))
+
+
+def test_start_now_runs_at_once_then_joins_the_grid():
+    grid = PhaseGrid(draws(0.25))
+    ticker = grid.ticker(100.0, 1_000, start_now=True)
+    assert simulate(ticker, FakeClock(100.0), 3) == [100.0, 250.0, 1_250.0]
+
+
+def test_start_now_on_a_grid_point_fires_once_for_it():
+    ticker = PhaseGrid(draws(0.25)).ticker(1_250.0, 1_000, start_now=True)
+    assert simulate(ticker, FakeClock(1_250.0), 2) == [1_250.0, 2_250.0]
+
+
+def test_a_start_now_attempt_that_outlasts_the_first_grid_point_takes_it_late():
+    ticker = PhaseGrid(draws(0.25)).ticker(100.0, 1_000, start_now=True)
+    assert run_and_report(ticker, FakeClock(100.0), 3, lambda i: 400.0 if i == 0 else 1.0) == [
+        (100.0, 100.0, 0), (500.0, 250.0, 0), (1_250.0, 1_250.0, 0)]
 
 
 # --- ticker --------------------------------------------------------------------------
@@ -168,6 +218,65 @@ def test_float_grid_never_fires_twice_for_one_tick():
     assert len(set(started)) == 50
     assert started == sorted(started)
     assert all(b - a == pytest.approx(0.1) for a, b in zip(started, started[1:]))
+
+
+def run_and_report(ticker: Ticker, clock: FakeClock, attempts: int,
+                   probe_ms: Callable[[int], float]) -> list[tuple[float, float, int]]:
+    """The manager's loop: (started, due, ticks missed since the previous attempt) per attempt."""
+    out, reported = [], 0
+    while len(out) < attempts:
+        clock.sleep_until(ticker.next_fire())
+        due = ticker.consume(clock.now)
+        out.append((clock.now, due, ticker.missed - reported))
+        reported = ticker.missed
+        clock.advance(probe_ms(len(out) - 1))
+    return out
+
+
+def test_consume_returns_the_due_time_of_the_tick_it_takes():
+    ticker = Ticker(5.0, 10.0)
+    assert ticker.consume(5.0) == 5.0
+    assert ticker.consume(15.0 - 1e-6) == 15.0     # woken a hair early: still that tick
+    assert ticker.consume(31.0) == 25.0            # late: the buffered tick, due at 25
+
+
+def test_a_punctual_probe_misses_no_tick_and_starts_on_time():
+    clock = FakeClock()
+    assert run_and_report(Ticker(0.0, 10.0), clock, 4, lambda i: 3.0) == [
+        (0.0, 0.0, 0), (10.0, 10.0, 0), (20.0, 20.0, 0), (30.0, 30.0, 0)]
+
+
+def test_an_overrun_delivers_the_buffered_tick_late_and_counts_the_dropped_ones():
+    # The second attempt runs 10..45: the tick due at 20 waits in Go's one-slot channel
+    # and starts the third attempt 15 ms late; 30 and 40 found the slot full: dropped.
+    clock = FakeClock()
+    report = run_and_report(Ticker(0.0, 10.0), clock, 4, lambda i: 35.0 if i == 1 else 1.0)
+    assert report == [(0.0, 0.0, 0), (10.0, 10.0, 0), (45.0, 20.0, 2), (50.0, 50.0, 0)]
+
+
+def test_a_probe_always_slower_than_its_period_drops_every_other_tick():
+    # 15 ms attempts every 10 ms, as with Go's ticker: 10 and 20 wait in the slot, 30 is dropped.
+    clock = FakeClock()
+    report = run_and_report(Ticker(0.0, 10.0), clock, 4, lambda i: 15.0)
+    assert report == [(0.0, 0.0, 0), (15.0, 10.0, 0), (30.0, 20.0, 1), (45.0, 40.0, 0)]
+
+
+def test_a_stalled_loop_drops_every_tick_it_slept_through():
+    ticker = Ticker(0.0, 1_000.0)
+    ticker.consume(0.0)
+    assert ticker.consume(10_500.0) == 1_000.0
+    assert ticker.missed == 9
+
+
+@pytest.mark.parametrize("scheduled, started, late", [
+    (1_000_000_000, 1_000_000_000, False),
+    (1_000_000_000, 1_000_000_000 + LATE_AFTER_NS, False),      # exactly at the bound: on time
+    (1_000_000_000, 1_000_000_000 + LATE_AFTER_NS + 1, True),
+    (1_000_000_000, 999_000_000, False),                         # woken early
+    (0, 5_000_000_000, False),                                   # no tick: a one-off attempt
+])
+def test_is_late(scheduled, started, late):
+    assert is_late(scheduled, started) is late
 
 
 @pytest.mark.parametrize("period", [0, -1])

@@ -1,3 +1,5 @@
+import asyncio
+
 import pytest
 
 from probe_worker.trace import Trace
@@ -35,3 +37,19 @@ def test_a_failing_phase_records_its_error_and_duration():
             raise ConnectionRefusedError(111, "Connection refused")
     (phase,) = trace.to_proto()
     assert phase.duration_ns == 3 and "Connection refused" in phase.error
+
+
+def test_a_cancelled_phase_says_deadline_exceeded_and_keeps_an_earlier_error():
+    clock = FakeClock()
+    trace = Trace(clock)
+    with pytest.raises(asyncio.CancelledError):
+        with trace.phase("processing"):
+            clock.now += 7
+            raise asyncio.CancelledError()
+    with pytest.raises(asyncio.CancelledError):
+        with trace.phase("transfer") as record:
+            record.error = "unexpected EOF"
+            raise asyncio.CancelledError()
+    processing, transfer = trace.to_proto()
+    assert (processing.error, processing.duration_ns) == ("deadline exceeded", 7)
+    assert transfer.error == "unexpected EOF"

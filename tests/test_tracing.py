@@ -236,6 +236,16 @@ def test_none_exporter_still_gives_real_ids():
     assert tracer.shutdown() is True
 
 
+def test_none_exporter_ids_follow_the_callers_trace_like_real_spans():
+    tracer = AttemptTracer()
+    trace_id, span_id = record(tracer, http_attempt_with_redirect(), traceparent=f"00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+    assert trace_id == CALLER_TRACE and span_id not in ("0" * 16, CALLER_SPAN)
+    other_trace, other_span = record(tracer, http_attempt_with_redirect(), traceparent="not-a-traceparent")
+    assert other_trace not in (CALLER_TRACE, "0" * 32) and other_span != span_id
+    # New ids for every attempt, never a constant.
+    assert len({record(tracer, http_attempt_with_redirect())[0] for _ in range(20)}) == 20
+
+
 def test_console_exporter_writes_one_json_line_per_span():
     stream = io.StringIO()
     tracer = AttemptTracer("console", console_stream=stream, service_name="shim-test")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import socket
 import ssl
 from dataclasses import dataclass
@@ -57,15 +58,20 @@ class _Stream:
     def __init__(self, sock: socket.socket, remote: str) -> None:
         self.sock = sock
         self.remote = remote
-        host, port = sock.getsockname()[:2]
-        self.local = join_host_port(host, port)
         self.loop = asyncio.get_running_loop()
         self.tls: ssl.SSLObject | None = None
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
+
+    @functools.cached_property
+    def local(self) -> str:
+        """Our "ip:port", for error texts only: looked up when one is written (the socket
+        keeps its address after a reset), not on every connection."""
+        host, port = self.sock.getsockname()[:2]
+        return join_host_port(host, port)
 
     async def start_tls(self, context: ssl.SSLContext, server_hostname: str | None) -> str:
         """Handshakes; returns the negotiated version. Raises _StreamError with Go's text."""
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
         tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname)
         header = b""
         while True:
@@ -164,18 +170,12 @@ class _Exchange:
         # and Go's error names the offending status line.
         self.head: bytes | None = b""
 
-    async def send_request(self, wire: rules.WireRequest) -> None:
+    async def send_request(self, prepared: "_Prepared") -> None:
+        request = prepared.h11_request()
         try:
-            request = h11.Request(
-                method="GET",
-                target=wire.target.encode("utf-8", "surrogateescape"),
-                headers=[(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in wire.headers],
-            )
             data = self.h11.send(request) + (self.h11.send(h11.EndOfMessage()) or b"")
         except h11.LocalProtocolError as exc:
-            # Go writes a raw query as is, even with a space or non-ASCII bytes in it
-            # (servers answer 400); h11 refuses to. Either way the probe fails.
-            raise _StreamError(f"cannot send request-target {go_quote(wire.target)}: {exc}") from None
+            raise _StreamError(prepared.unsendable(exc)) from None
         await self.stream.send(data)
 
     async def wait_first_byte(self) -> None:
@@ -199,6 +199,9 @@ class _Exchange:
             except h11.RemoteProtocolError as exc:
                 return self._unparsable_head(exc)
             if event is h11.NEED_DATA:
+                bad_status_line = rules.status_line_error(self.head or b"")
+                if bad_status_line:
+                    raise _StreamError(bad_status_line)
                 if self.eof:
                     raise _StreamError(self._broken("unexpected EOF"))
                 # Never buffer more than one byte past the limit: a head is either
@@ -272,6 +275,68 @@ def _head_of(response: h11.Response) -> _Head:
     return _Head(status=response.status_code, location=location, content_length=None if chunked else content_length)
 
 
+class _Prepared:
+    """A request and everything derived from it alone, worked out once per request.
+
+    Go builds the probe request again for every attempt, but nothing in it depends on
+    what an attempt observes except the pod IP that answered, so the first request of
+    a spec is built once (`_prepare`) and reused, with one retargeted copy per IP.
+    """
+
+    def __init__(self, request: ProbeRequest) -> None:
+        self.request = request
+        self.preflight_error = rules.preflight_error(request)
+        self._h11: h11.Request | h11.LocalProtocolError | None = None
+        self._retargeted: dict[str, _Prepared] = {}
+
+    @functools.cached_property
+    def wire(self) -> rules.WireRequest:
+        return rules.wire_request(self.request)
+
+    def retarget(self, ip: str) -> "_Prepared":
+        prepared = self._retargeted.get(ip)
+        if prepared is None:
+            prepared = self._retargeted[ip] = _Prepared(rules.retarget(self.request, ip))
+        return prepared
+
+    def h11_request(self) -> h11.Request:
+        """The request as an h11 event (h11 never changes one, so it is reused); raises _StreamError."""
+        if self._h11 is None:
+            try:
+                self._h11 = h11.Request(
+                    method="GET",
+                    target=self.wire.target.encode("utf-8", "surrogateescape"),
+                    headers=[(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in self.wire.headers],
+                )
+            except h11.LocalProtocolError as exc:
+                self._h11 = exc
+        if isinstance(self._h11, h11.LocalProtocolError):
+            raise _StreamError(self.unsendable(self._h11))
+        return self._h11
+
+    def unsendable(self, exc: h11.LocalProtocolError) -> str:
+        # Go writes a raw query as is, even with a space or non-ASCII bytes in it
+        # (servers answer 400); h11 refuses to. Either way the probe fails.
+        return f"cannot send request-target {go_quote(self.wire.target)}: {exc}"
+
+
+# Distinct first requests (one per HTTP probe spec) kept prepared in a worker.
+PREPARED_CACHE_SIZE = 64
+# Asked of the same few hosts on every attempt; parsing an address each time is not free.
+_is_ip_literal = functools.lru_cache(maxsize=PREPARED_CACHE_SIZE)(is_ip_literal)
+
+
+@functools.lru_cache(maxsize=PREPARED_CACHE_SIZE)
+def _prepare(
+    scheme: str, host: str, port: int, path: str, headers: tuple[tuple[str, str], ...], user_agent: str
+) -> _Prepared | URLError:
+    """The first request of every attempt of one spec; a URLError is cached like a request."""
+    try:
+        return _Prepared(rules.new_probe_request(scheme, host, port, path, headers, user_agent))
+    except URLError as exc:
+        return exc
+
+
 @dataclass
 class _Hop:
     """How one request ended: a final outcome, or the next request to send."""
@@ -292,11 +357,11 @@ class _Attempt:
         self.address = ""
         self.status = 0
 
-    async def run(self, request: ProbeRequest) -> Outcome:
-        hop = await self.send(request, self.ctx)
+    async def run(self, first: _Prepared) -> Outcome:
+        hop = await self.send(first, self.ctx)
         while hop.follow is not None:
             with self.ctx.trace.sub("redirect", hop.follow.url.redacted_string()) as trace:
-                hop = await self.send(hop.follow, dataclasses.replace(self.ctx, trace=trace))
+                hop = await self.send(_Prepared(hop.follow), dataclasses.replace(self.ctx, trace=trace))
         assert hop.outcome is not None
         return hop.outcome
 
@@ -306,12 +371,12 @@ class _Attempt:
     def fail(self, request: ProbeRequest, error: str) -> _Hop:
         return _Hop(self.outcome(FAILURE, rules.url_error(request.url.redacted_string(), error)))
 
-    async def send(self, request: ProbeRequest, ctx: AttemptContext) -> _Hop:
+    async def send(self, prepared: _Prepared, ctx: AttemptContext) -> _Hop:
         """One request over a new connection (Go's Client.send with DisableKeepAlives)."""
         self.requests_made += 1
-        error = rules.preflight_error(request)
-        if error:
-            return self.fail(request, error)
+        request = prepared.request
+        if prepared.preflight_error:
+            return self.fail(request, prepared.preflight_error)
         endpoint = self.endpoint
         if self.first is not None:
             # A followed redirect has the first request's hostname, maybe another port.
@@ -326,20 +391,22 @@ class _Attempt:
         except ConnectError as exc:
             return self.fail(request, rules.awaiting_headers(str(exc)) if exc.timed_out else str(exc))
         if self.first is None:
-            if is_ip_literal(self.endpoint.host):
+            if _is_ip_literal(self.endpoint.host):
                 # Several pod IPs may race (ip_family ANY): the URL and Host name the
                 # one that answered, and redirects go back to that one.
                 ip = self.address.rsplit(":", 1)[0].strip("[]")
                 self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
-                request = rules.retarget(request, ip)
+                prepared = prepared.retarget(ip)
+                request = prepared.request
             self.first = request
         stream = _Stream(sock, self.address)
         try:
-            return await self.exchange(stream, request, ctx)
+            return await self.exchange(stream, prepared, ctx)
         finally:
             stream.close()
 
-    async def exchange(self, stream: _Stream, request: ProbeRequest, ctx: AttemptContext) -> _Hop:
+    async def exchange(self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext) -> _Hop:
+        request = prepared.request
         exchange = _Exchange(stream)
         trace = ctx.trace
         try:
@@ -348,9 +415,8 @@ class _Attempt:
                     hostname = request.url.hostname()
                     with trace.phase("tls", hostname) as phase:
                         phase.detail = await stream.start_tls(self.tls, None if is_ip_literal(hostname) else hostname)
-                wire = rules.wire_request(request)
-                with trace.phase("request", wire.request_line):
-                    await exchange.send_request(wire)
+                with trace.phase("request", prepared.wire.request_line):
+                    await exchange.send_request(prepared)
                 with trace.phase("processing"):
                     await exchange.wait_first_byte()
         except TimeoutError:
@@ -412,9 +478,8 @@ class _Attempt:
 async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext) -> Outcome:
     action = spec.http_get
     scheme = "https" if action.scheme == spec_pb.HTTPS else "http"
-    headers = [(h.name, h.value) for h in action.http_headers]
-    try:
-        request = rules.new_probe_request(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent)
-    except URLError as exc:
-        return Outcome(UNKNOWN, f"cannot build the probe request: {exc}")
-    return (await _Attempt(endpoint, ctx).run(request)).bounded()
+    headers = tuple((h.name, h.value) for h in action.http_headers)
+    first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent)
+    if isinstance(first, URLError):
+        return Outcome(UNKNOWN, f"cannot build the probe request: {first}")
+    return (await _Attempt(endpoint, ctx).run(first)).bounded()
