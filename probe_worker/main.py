@@ -6,11 +6,10 @@ Start-up order matters and is the point of this module:
   3. find the pod IPs if the caller did not pass them;
   4. lower rlimits, drop groups/gid/uid, set no_new_privs, check CapEff is empty;
   5. send Ready, and only then start the event loop.
-Every module the worker needs after start-up is imported at the top of this file
-(pyroute2, for step 3 only, is imported in start() before the drop), so nothing
-is imported after the drop (the interpreter may live under a directory
-the unprivileged uid cannot read). A zygote that forks workers (next issue)
-calls run() in the child with the config it received.
+Every module the worker needs is imported at the top of this file, so nothing
+is imported after the drop (the interpreter may live under a directory the
+unprivileged uid cannot read). The zygote (shim/zygote.py) calls run() in each
+forked child with the config it received.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.manager import ProbeManager, validate_registration
 from probe_worker.netns import NetnsError, enter_netns
+from probe_worker.pod_ips import discover_pod_ips
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
 from probe_worker.prober import Prober
 
@@ -57,7 +57,7 @@ def _with_defaults(config: worker_pb.WorkerConfig) -> worker_pb.WorkerConfig:
     return c
 
 
-def start(config: worker_pb.WorkerConfig) -> worker_pb.Ready:
+def start(config: worker_pb.WorkerConfig, die_with_parent_process: bool = True) -> worker_pb.Ready:
     """Steps 2-4; raises StartError with a message fit for the operator."""
     if not config.netns_path:
         raise StartError("no netns_path in the worker config")
@@ -65,23 +65,22 @@ def start(config: worker_pb.WorkerConfig) -> worker_pb.Ready:
         inode = enter_netns(config.netns_path)
         pod_ips = list(config.pod_ips)
         if not pod_ips:
-            from probe_worker.pod_ips import discover_pod_ips  # heavy; needed only here, before the drop
-
             pod_ips = discover_pod_ips()
         apply_limits(config.max_memory_bytes, config.max_open_files)
         if not config.keep_privileges:
             drop_privileges(config.run_as_uid, config.run_as_gid)
-        die_with_parent()
+        if die_with_parent_process:  # not when forked by the zygote: a worker outlives a zygote crash
+            die_with_parent()
     except (NetnsError, PrivilegeError, OSError) as exc:
         raise StartError(str(exc)) from None
     return worker_pb.Ready(pid=os.getpid(), netns_inode=inode, uid=os.getuid(), gid=os.getgid(), pod_ips=pod_ips)
 
 
-def run(config: worker_pb.WorkerConfig, channel: BlockingChannel) -> int:
+def run(config: worker_pb.WorkerConfig, channel: BlockingChannel, die_with_parent_process: bool = True) -> int:
     """Runs a worker on the channel its config came from; returns the process exit code."""
     config = _with_defaults(config)
     try:
-        ready = start(config)
+        ready = start(config, die_with_parent_process)
     except StartError as exc:
         log.error("worker for sandbox %s cannot start: %s", config.sandbox_id, exc)
         channel.send(worker_pb.WorkerEvent(fatal=worker_pb.Fatal(message=str(exc))))

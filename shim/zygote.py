@@ -18,6 +18,7 @@ zygote imports this module and every worker inherits what the zygote holds.
 
 from __future__ import annotations
 
+import _signal
 import argparse
 import asyncio
 import ctypes
@@ -40,17 +41,17 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
 from probe_worker.channel import BlockingChannel
-from shim.zygote_memory import fill_malloc_holes, fill_pool_holes, warm_up
+from shim.zygote_memory import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
 
 log = logging.getLogger("shim.zygote")
 
 MAX_PACKET = 1 << 16  # a Spawn is a WorkerConfig: a few hundred bytes
-PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 30.0
 SPAWN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE: the child failed outside run()
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+PR_SET_MEMORY_MERGE = 67
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -114,6 +115,7 @@ class _ZygoteProcess:
         self.poller = select.poll()  # not epoll: poll holds no descriptor a child would inherit
         self.poller.register(control, select.POLLIN)
         self.pid = os.getpid()
+        self.max_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
     def serve(self) -> int:
         """Until the daemon's end closes (a malformed request ends the zygote: the daemon starts another)."""
@@ -178,21 +180,22 @@ class _ZygoteProcess:
         """In the forked child: shed the zygote's state, then become the worker."""
         code = EXIT_INTERNAL_ERROR
         try:
-            # Die with the zygote (a worker nobody supervises must not live on). Set
-            # first, then check the parent is still the zygote, to close the race.
-            if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != self.pid:
-                os._exit(EXIT_INTERNAL_ERROR)
-            self.control.close()
-            for pidfd in self.children:
-                os.close(pidfd)
+            # No parent-death signal: a worker outlives a zygote crash (the daemon adopts it,
+            # shim/supervisor.py) and exits at EOF of its socket when the daemon is gone.
+            if os.getppid() != self.pid:
+                os._exit(EXIT_INTERNAL_ERROR)  # the zygote died before it could hand us over
+            # Every Python object the child touches copies the page it is on: this prelude sticks
+            # to C functions and ints (closerange also closes the control socket and the pidfds).
+            self.control.detach()
             # Anything else (inherited by the zygote by mistake) must not reach a pod's process.
             os.closerange(3, worker_fd)
-            os.closerange(worker_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            os.closerange(worker_fd + 1, self.max_fd)
             _reset_signals()
             if self.child_gc_threshold > 0:
                 gc.set_threshold(self.child_gc_threshold)
                 gc.enable()
-            code = worker_main.run(config, BlockingChannel(socket.socket(fileno=worker_fd)))
+            channel = BlockingChannel(socket.socket(fileno=worker_fd))
+            code = worker_main.run(config, channel, die_with_parent_process=False)
         except BaseException:  # noqa: BLE001  the child must end here, never return into the zygote loop
             traceback.print_exc()
         finally:
@@ -201,13 +204,43 @@ class _ZygoteProcess:
 
 
 # Handlers as the interpreter set them before the zygote touched any, restored in children.
-_STARTUP_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE)}
+# _signal's raw ints and handlers: signal.signal() would convert through enums in every child.
+_STARTUP_HANDLERS = tuple((int(sig), _signal.getsignal(sig))
+                          for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE))
 
 
 def _reset_signals() -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    for sig, handler in _STARTUP_HANDLERS.items():
-        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    for signum, handler in _STARTUP_HANDLERS:
+        _signal.signal(signum, handler if handler is not None else _signal.SIG_DFL)
+
+
+def _warm_up_once() -> None:
+    for _ in range(12):
+        _reset_signals()  # what each child runs first, while the handlers are still the startup ones
+    warm_up()
+
+
+def _warm_up(relocate: bool) -> None:
+    """Runs the worker's code here, before any fork (shim/zygote_memory.py says why). With
+    relocate, a first, profiled run finds the code a worker runs, that code is copied into
+    fresh pages, packed (fill the holes first, or the copies would land in them), and the
+    second run warms the copies up."""
+    if relocate:
+        hot = executed_code(_warm_up_once)
+        gc.collect()
+        fill_pool_holes()
+        fill_malloc_holes()
+        relocate_code(hot)
+    _warm_up_once()
+
+
+def _merge_pages() -> None:
+    """Opts this process and every worker forked from it into KSM (Linux >= 6.4). Pages a worker
+    copied but left identical (reference counts back where they were) are merged again, if the
+    node runs ksmd (/sys/kernel/mm/ksm/run = 1): a node-wide choice, hence off by default."""
+    if _libc.prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0:
+        log.warning("KSM merging not enabled: prctl(PR_SET_MEMORY_MERGE): %s", os.strerror(ctypes.get_errno()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not freeze the preloaded objects before forking (for measurements)")
     parser.add_argument("--child-gc-threshold", type=int, default=gc.get_threshold()[0],
                         help="generation-0 GC threshold in the workers; 0 leaves their GC disabled")
-    parser.add_argument("--no-preload-pod-ips", dest="preload_pod_ips", action="store_false",
-                        help="do not preload pyroute2 (used by workers that must discover their pod IPs)")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="do not run a worker session on loopback before forking (for measurements)")
+    parser.add_argument("--no-relocate", dest="relocate", action="store_false",
+                        help="do not copy the code workers run into packed pages (for measurements)")
+    parser.add_argument("--merge-pages", action="store_true",
+                        help="opt the workers into KSM page merging (needs ksmd running on the node)")
     parser.add_argument("--no-fill-holes", dest="fill_holes", action="store_false",
                         help="do not fill pymalloc's free blocks before forking (for measurements)")
     args = parser.parse_args(argv)
@@ -228,16 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     # holes in pages that the children then fill, copying those pages.
     gc.disable()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s[%(process)d] %(levelname)s %(message)s")
-    if args.preload_pod_ips:
-        # pyroute2 is ~200 modules; preloaded here it is shared, imported in a child it is not.
-        import probe_worker.pod_ips  # noqa: F401
     control = socket.socket(fileno=args.fd)
     control.setblocking(True)
     if args.warm_up:
         try:
-            for _ in range(12):
-                _reset_signals()  # what each child runs first, while the handlers are still the startup ones
-            warm_up()
+            _warm_up(args.relocate)
         except Exception:  # noqa: BLE001  only memory is at stake: workers still work cold
             log.exception("zygote warm-up failed; workers will start cold")
     # The daemon decides when the zygote ends (by closing the socket); a terminal's Ctrl-C must not.
@@ -247,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fill_holes:
         fill_pool_holes()  # after the collection: it made holes too
         fill_malloc_holes()
+    if args.merge_pages:
+        _merge_pages()
     if args.gc_freeze:
         # Frozen objects are never examined by a child's collections, which would otherwise
         # write to every object's GC header (and copy every page) at the first full collection.
@@ -313,9 +345,10 @@ class Zygote:
         python: str = sys.executable,
         gc_freeze: bool = True,
         child_gc_threshold: int | None = None,
-        preload_pod_ips: bool = True,
         warm_up: bool = True,
+        relocate: bool = True,
         fill_holes: bool = True,
+        merge_pages: bool = False,
         start_timeout_s: float = START_TIMEOUT_S,
         on_exit: Callable[[WorkerExit], None] | None = None,
     ) -> "Zygote":
@@ -324,9 +357,10 @@ class Zygote:
         argv = [python, "-P", "-m", "shim.zygote", "--fd", str(theirs.fileno())]
         argv += [] if gc_freeze else ["--no-gc-freeze"]
         argv += [] if child_gc_threshold is None else ["--child-gc-threshold", str(child_gc_threshold)]
-        argv += [] if preload_pod_ips else ["--no-preload-pod-ips"]
         argv += [] if warm_up else ["--no-warm-up"]
+        argv += [] if relocate else ["--no-relocate"]
         argv += [] if fill_holes else ["--no-fill-holes"]
+        argv += ["--merge-pages"] if merge_pages else []
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
@@ -467,7 +501,7 @@ class Zygote:
         if not self.hello.done():
             self.hello.set_exception(ZygoteError(reason))
             self.hello.exception()  # retrieved: start() reports it
-        # Its workers die with it (PR_SET_PDEATHSIG), and their status dies with it too.
+        # Its workers live on (adopted by the daemon), but their exit statuses no longer come from here.
         for pid in list(self._workers):
             self._resolve_exit(WorkerExit(pid=pid, reason=reason))
 

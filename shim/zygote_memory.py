@@ -1,21 +1,29 @@
 """Preparing the zygote's memory so that forked workers copy as few pages as possible.
 
-Measured with bench/worker_memory.py (100 sandboxes, Python 3.11): a worker forked
-after gc.collect() + gc.freeze() costs 4.3 MiB; the warm-up brings it to 3.8 MiB,
-filling the holes to 3.4 MiB. What is left is mostly reference counts: every object
-a worker touches copies its page, which no preparation can avoid on CPython 3.11.
+A forked worker shares the zygote's pages until it writes to one; then that page (4 KiB)
+is copied into the worker. CPython 3.11 writes to every object it touches (its reference
+count, even when the count goes back to where it was), so a worker costs roughly one
+page per distinct page holding an object it touches. Measured with uffd write-protection
+(first write per page, mapped back to objects), a worker with 3 probes copies ~1100
+pages: reference counts of code objects, functions, strings (also through the type
+attribute cache), types, tuples, modules and descriptors, plus its own new objects.
 
-Warm-up: run the worker's own code, in the zygote, before any fork.
-
-CPython 3.11 writes into a function's code object during its first calls (the
-quickening warm-up counter, then the specializing interpreter's inline caches) and
-fills lazily built caches on first use. Done in a forked worker, each of those writes
-copies a shared page into that worker; done once here, every worker inherits the
-result and keeps sharing the page. So the zygote runs a short, real session of
+Warm-up: run the worker's own code, in the zygote, before any fork. CPython 3.11 writes
+into a function's code object during its first calls (the quickening warm-up counter,
+then the specializing interpreter's inline caches) and fills lazily built caches on
+first use. Done in a forked worker, each of those writes copies a shared page; done once
+here, every worker inherits the result. So the zygote runs a short, real session of
 `probe_worker.main.serve` over a socketpair: periodic and one-shot TCP, HTTP and gRPC
-probes (success and failure) against servers it runs itself on 127.0.0.1, heartbeats,
-removal and shutdown (about 0.15 s). Nothing leaves the loopback interface, no thread
-is started, and every socket is closed before it returns.
+probes (success and failure, to the pod IP and to loopback) against servers it runs
+itself on 127.0.0.1, heartbeats, removal and shutdown. Nothing leaves the loopback
+interface, no thread is started, and every socket is closed before it returns.
+
+Relocation: the code objects a worker runs are scattered among the cold objects of their
+modules, so touching ~900 of them copied ~350 pages. The zygote profiles one warm-up run,
+then gives every function running that code a fresh copy (`func.__code__ = code.replace()`)
+allocated in one go, so the hot code fills ~110 pages of its own (-0.5 MiB per worker).
+Copying functions or constants the same way did not pay (their pages hold other touched
+objects too) and would change object identities; code objects are safe to replace.
 
 Hole filling: pymalloc hands out free blocks of partly used pools first. Free blocks
 left in the zygote's pools (by imports and the warm-up) would take a worker's first
@@ -29,11 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import os
 import re
 import socket
 import sys
 import threading
+import types
+from collections.abc import Callable
 
 import h2.config
 import h2.connection
@@ -42,8 +53,10 @@ import h2.events
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker import main as worker_main
+from probe_worker import netns, privileges
 from probe_worker.channel import AsyncChannel, BlockingChannel
 from probe_worker.netns import _thread_count, namespace_id
+from probe_worker.pod_ips import discover_pod_ips
 from probe_worker.privileges import effective_capabilities
 from probe_worker.prober import Prober
 
@@ -70,12 +83,15 @@ class _HttpTarget(asyncio.Protocol):
 
 
 class _GrpcHealthTarget(asyncio.Protocol):
-    """grpc.health.v1.Health/Check answering SERVING, on h2's server side."""
+    """grpc.health.v1.Health/Check answering SERVING, on h2's server side, with the frames
+    grpcio's server sends besides the answer (a connection WINDOW_UPDATE and a BDP PING)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(1 << 20)
+        self.h2.ping(b"warm-up!")
         transport.write(self.h2.data_to_send())
 
     def data_received(self, data: bytes) -> None:
@@ -85,20 +101,23 @@ class _GrpcHealthTarget(asyncio.Protocol):
             elif isinstance(event, h2.events.StreamEnded):
                 self.h2.send_headers(event.stream_id, [(":status", "200"), ("content-type", "application/grpc")])
                 self.h2.send_data(event.stream_id, _SERVING)
-                self.h2.send_headers(event.stream_id, [("grpc-status", "0")], end_stream=True)
+                self.h2.send_headers(event.stream_id, [("grpc-status", "0"), ("grpc-message", "")], end_stream=True)
         self.transport.write(self.h2.data_to_send())
 
 
 def _specs(http_port: int, grpc_port: int, closed_port: int) -> list[spec_pb.ProbeSpec]:
     def timing(**handler) -> spec_pb.ProbeSpec:
-        return spec_pb.ProbeSpec(target=spec_pb.LOOPBACK, period_ms=10, timeout_ms=1000, **handler)
+        # The pod IP (the default target) is 127.0.0.1 here: both targets' code paths run.
+        target = spec_pb.LOOPBACK if handler.pop("loopback", False) else spec_pb.POD_IP
+        return spec_pb.ProbeSpec(target=target, period_ms=10, timeout_ms=1000, **handler)
 
     return [
         timing(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=http_port))),
-        timing(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=closed_port))),
+        timing(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=closed_port)), loopback=True),
         timing(http_get=spec_pb.HTTPGetAction(path="/healthz", port=spec_pb.PortRef(number=http_port))),
-        timing(http_get=spec_pb.HTTPGetAction(path="/", port=spec_pb.PortRef(number=closed_port))),
+        timing(http_get=spec_pb.HTTPGetAction(path="/", port=spec_pb.PortRef(number=closed_port)), loopback=True),
         timing(grpc=spec_pb.GRPCAction(port=grpc_port)),
+        timing(grpc=spec_pb.GRPCAction(port=grpc_port), loopback=True),
         # No gRPC probe of a closed port: like grpc-go, it would retry for its whole timeout.
     ]
 
@@ -157,7 +176,13 @@ async def _session(user_agent_version: str) -> None:
 
 def _start_path() -> None:
     """The read-only part of a worker's start-up (the rest changes the process: not here)."""
+    # ctypes makes a function object on a library's first attribute lookup and keeps it:
+    # made here, it is shared; made in each worker, it would cost each worker pages.
+    for library in (netns._libc, privileges._libc):
+        for name in ("setns", "prctl", "capset"):
+            getattr(library, name, None)
     for _ in range(ROUNDS):
+        discover_pod_ips()  # the zygote's own netns: a read-only netlink dump
         config = worker_main._with_defaults(worker_pb.WorkerConfig(netns_path="/proc/self/ns/net", pod_ips=["127.0.0.1"]))
         threading.current_thread()
         _thread_count()
@@ -172,6 +197,44 @@ def _start_path() -> None:
 def warm_up(user_agent_version: str = "1.32") -> None:
     _start_path()
     asyncio.run(asyncio.wait_for(_session(user_agent_version), TIMEOUT_S))
+
+
+def executed_code(run: Callable[[], None]) -> list[types.CodeType]:
+    """Runs `run` under a profiler; the code of every Python frame it entered, in first-call order."""
+    seen: dict[int, types.CodeType] = {}
+
+    def record(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            seen.setdefault(id(frame.f_code), frame.f_code)
+
+    sys.setprofile(record)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return list(seen.values())
+
+
+def relocate_code(hot: list[types.CodeType]) -> list[types.CodeType]:
+    """Gives every function running code in `hot` a fresh copy of it; returns the copies.
+
+    The copies are allocated now, one after the other, so they fill a few pages
+    instead of being scattered among the cold objects of their modules.
+    """
+    hot_ids = {id(code) for code in hot}
+    copies: dict[int, types.CodeType] = {}  # by id: code objects compare (and hash) by value
+
+    def copy(code: types.CodeType) -> types.CodeType:
+        if id(code) not in copies:
+            consts = tuple(copy(c) if isinstance(c, types.CodeType) and id(c) in hot_ids else c
+                           for c in code.co_consts)
+            copies[id(code)] = code.replace(co_consts=consts)
+        return copies[id(code)]
+
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and id(obj.__code__) in hot_ids:
+            obj.__code__ = copy(obj.__code__)
+    return list(copies.values())
 
 
 _BALLAST: list[object] = []  # the filling: alive (and frozen) for the zygote's lifetime

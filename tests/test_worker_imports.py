@@ -1,6 +1,7 @@
 """The worker's import set stays lean: workers are forked from a preloaded zygote, and
 grpcio (threads, and channels that may dial from the host netns), the OpenTelemetry SDK
-or pyroute2 (unless discovering pod IPs) would be paid for by every sandbox."""
+or pyroute2 (pod IPs are found with one rtnetlink dump of our own) would be paid for by
+every sandbox."""
 
 from tests.import_report import import_report
 

@@ -13,13 +13,16 @@ import os
 import signal
 import subprocess
 import sys
+import types
 
 import psutil
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
+from shim.supervisor import set_child_subreaper
 from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
+from shim.zygote_memory import executed_code, relocate_code
 from tests.import_report import import_report
 from tests.netns_env import REPO_ROOT
 
@@ -68,7 +71,7 @@ def test_running_zygote_is_single_threaded_preloaded_and_has_no_grpc():
         try:
             hello = zygote.hello.result()
             assert hello.pid == zygote.pid and hello.gc_frozen
-            assert hello.preloaded_modules > 200  # probe_worker, h11, h2, ssl, pyroute2...
+            assert hello.preloaded_modules > 200  # probe_worker, h11, h2, ssl, protobuf...
             assert _status(zygote.pid)["Threads"] == "1"
             assert [f for f in _mapped_files(zygote.pid) if "grpc" in f] == []
             # Its own session: a terminal's Ctrl-C reaches the daemon, not the zygote.
@@ -186,24 +189,30 @@ async def _until_eof(sock) -> None:
 
 
 @pytest.mark.netns
-def test_workers_die_with_the_zygote(pod_netns):
+def test_workers_outlive_the_zygote_and_end_with_their_socket(pod_netns):
     async def main():
+        previous = set_child_subreaper(1)  # as the daemon is: the orphan becomes this process's child
         zygote = await Zygote.start()
         try:
             worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
             await _first_frame(worker)
             os.kill(zygote.pid, signal.SIGKILL)
             assert await asyncio.wait_for(zygote.died, WAIT_S) == "zygote exited with signal 9 (SIGKILL)"
-            assert (await worker.exited).reason == "zygote died"
-            # PR_SET_PDEATHSIG: the orphan is killed, its socket closes.
-            await asyncio.wait_for(_until_eof(worker.sock), WAIT_S)
-            gone, alive = psutil.wait_procs([psutil.Process(worker.pid)], timeout=WAIT_S) \
-                if psutil.pid_exists(worker.pid) else ([], [])
-            assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+            assert (await worker.exited).reason == "zygote died"  # its status is no longer the zygote's to tell
+            assert psutil.Process(worker.pid).ppid() == os.getpid()  # still running, adopted
             with pytest.raises(ZygoteError, match="not running"):
                 await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path))
+            worker.sock.close()  # what the daemon's death does: the worker exits at EOF
+            gone = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().add_reader(worker.pidfd, gone.set_result, None)
+            await asyncio.wait_for(gone, WAIT_S)
+            asyncio.get_running_loop().remove_reader(worker.pidfd)
+            ended = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED)
+            assert exit_from_waitid(ended.si_pid, ended.si_code, ended.si_status) == WorkerExit(worker.pid, exit_code=0)
+            worker.close()
         finally:
             await zygote.close()
+            set_child_subreaper(previous)
 
     asyncio.run(main())
 
@@ -228,6 +237,65 @@ def test_filling_memory_holes_takes_the_free_blocks_and_chunks():
     # What is left free sits in pools opened by the filling itself (at most one per class).
     assert sum(report["after"][k] for k in fillable) < sum(report["before"][k] for k in fillable)
     assert report["malloc_after"] < report["malloc_before"] and report["taken"] > 0
+
+
+def test_relocation_gives_the_functions_that_ran_fresh_equal_copies_of_their_code():
+    def make_counter():
+        count = 0
+
+        def bump(step=1):
+            nonlocal count
+            count += step
+            return count
+        return bump
+
+    def doubled(values):
+        return [v * 2 for v in values]  # a comprehension: its own code object, in doubled's constants
+
+    def never_called():
+        return "cold"
+
+    bump = make_counter()
+    before = {f: f.__code__ for f in (make_counter, bump, doubled, never_called)}
+    comprehension = next(c for c in doubled.__code__.co_consts if isinstance(c, types.CodeType))
+    hot = executed_code(lambda: (bump(), doubled([1, 2])))
+    assert {id(bump.__code__), id(doubled.__code__), id(comprehension)} <= {id(c) for c in hot}
+
+    copies = relocate_code(hot)
+    assert {id(bump.__code__), id(doubled.__code__)} <= {id(c) for c in copies}
+    for f in (bump, doubled):
+        assert f.__code__ is not before[f] and f.__code__ == before[f]
+    assert next(c for c in doubled.__code__.co_consts if isinstance(c, types.CodeType)) is not comprehension
+    assert make_counter.__code__ is before[make_counter]  # it ran before the profiled run: not hot
+    assert never_called.__code__ is before[never_called]
+    # Same behaviour, same closure.
+    assert (bump(), bump(5), doubled([3])) == (2, 7, [6])
+
+
+def _ksm_merge_any(pid: int) -> bool:
+    with open(f"/proc/{pid}/ksm_stat") as f:
+        return "ksm_merge_any: yes" in f.read()
+
+
+@pytest.mark.netns
+def test_merge_pages_opts_the_zygote_and_its_workers_into_ksm_and_is_off_by_default(pod_netns):
+    if not os.path.exists("/proc/self/ksm_stat"):
+        pytest.skip("the kernel has no per-process KSM (Linux >= 6.4 with CONFIG_KSM)")
+
+    async def main():
+        plain = await Zygote.start(warm_up=False)
+        merging = await Zygote.start(warm_up=False, merge_pages=True)
+        try:
+            assert not _ksm_merge_any(plain.pid)
+            assert _ksm_merge_any(merging.pid)
+            worker = await merging.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            assert (await _first_frame(worker)).WhichOneof("msg") == "ready"
+            assert _ksm_merge_any(worker.pid)  # inherited through the fork
+        finally:
+            await plain.close()
+            await merging.close()
+
+    asyncio.run(main())
 
 
 def test_zygote_that_cannot_start_is_an_error():
