@@ -16,7 +16,7 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench protos clean
+.PHONY: system-deps test e2e run demo bench bench-full protos clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,11 +62,18 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed-test
 	$(PY) examples/demo.py
 
-bench: $(VENV)/.installed-test
-	$(PY) bench/probe_latency.py --count 500
-	$(PY) bench/first_attempt.py --sandboxes 30
-	$(PY) bench/proxy_latency.py --count 2000
-	$(PY) bench/worker_memory.py --sandboxes 10 100
+# Every figure of the benchmark in one run (so ratios are fair on a noisy machine): a table on stdout,
+# JSON and PNG plots under bench/results/. `bench` is the quick mode (under 2 minutes), `bench-full`
+# the reference run. Needs root (network namespaces) and, for the ExecSync and proxy parts, containerd.
+$(VENV)/.installed-bench: pyproject.toml | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
+
+bench: system-deps $(VENV)/.installed-bench
+	$(PY) bench/suite.py --mode quick
+
+bench-full: system-deps $(VENV)/.installed-bench
+	$(PY) bench/suite.py --mode full
 
 protos: $(VENV)/.installed-test
 	$(PY) -m cri_proto.generate

@@ -1,215 +1,456 @@
 #!/usr/bin/env python3
-"""Memory of workers forked from the zygote, and the time from spawn request to first attempt.
+"""Memory per sandbox: the real daemon, N sandboxes, 3 live probes each (HTTP, TCP, gRPC at 1 s).
 
-For each count N given with --sandboxes, the bench creates N network namespaces (loopback
-only), starts a supervisor (a zygote), and for each sandbox in turn asks for a worker and
-registers one TCP probe (every --period-ms, on the pod's loopback, against a closed port
-or, with --listener, a port something listens on). Then it lets every worker make a few
-attempts, and reports with psutil (`memory_full_info`):
-  - PSS of each worker (its private pages plus its share of the pages it shares with the
-    zygote and the other workers), its USS, and their mean / max;
-  - the zygote's PSS alone before any spawn, and the total PSS of zygote + workers after;
-  - "per extra sandbox": (total after - zygote alone) / N, what each sandbox really adds;
-  - spawn request -> Ready, and spawn request -> first attempt report (median, p90, max).
-Every namespace it made is deleted at the end, even on failure.
+Issue 6's figure: PSS per extra sandbox = (total PSS of daemon + zygote + workers at N
+- the same at N0) / (N - N0), and the daemon's own PSS, with every sandbox probed by
+three probes (one per kind) at a period of 1 s against a real server in its netns.
 
-    python3 bench/worker_memory.py --sandboxes 10 100            # needs root
-    python3 bench/worker_memory.py --sandboxes 100 --no-gc-freeze
+How: N network namespaces (loopback only, the pod IP 198.18.0.2 on `lo`: every
+sandbox has the same IP, as overlapping pod IPs do), one target process OUTSIDE the
+measured set that holds, in every namespace, an HTTP server (200 "ok"), a TCP
+listener and a real grpcio server with the standard health service (sockets keep the
+namespace they were made in, so one process serves them all); then the daemon
+(`probe-shim serve --runtime-endpoint none`, embedded mode: the workers find their
+pod IP themselves) and, for each sandbox, RunProbe x3 (target POD_IP, period 1 s).
+Sandboxes are added in steps (N0, then each N); at each step the bench waits until
+every probe has succeeded at least --attempts times, lets them run --settle-s more,
+then reads /proc/PID/smaps_rollup of every process. Every namespace it made is
+deleted and every process it started is killed at the end, even on failure.
+
+    python3 bench/worker_memory.py --sandboxes 10 100 250        # needs root
+    python3 bench/worker_memory.py --sandboxes 10 --breakdown    # + private memory of a worker by mapping
+
+Importable (bench/suite.py): `memory_of(pid)` / `memory_of_all(pids)` read smaps_rollup,
+`shim_processes(daemon_pid)` finds the zygote and the workers, `shim_memory(daemon_pid)`
+returns every PSS figure of one moment, `per_extra_sandbox(at_n, at_n0)` the issue's
+ratio and `private_by_mapping(pid)` where a process's private pages are.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import psutil  # noqa: E402
-
-from cri_proto import probe_spec_pb2 as spec_pb  # noqa: E402
-from cri_proto import probe_worker_pb2 as worker_pb  # noqa: E402
-from shim.supervisor import SandboxTarget, WorkerSupervisor  # noqa: E402
-from shim.zygote import Zygote  # noqa: E402
-from tests.netns_env import netns_unavailable_reason  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
 
 MIB = 1 << 20
-CLOSED_PORT = 9  # discard: nothing listens on the pod's loopback there
-LISTENER = (  # accepts and drops connections on the pod's loopback; prints its port
-    "import socket, signal\n"
-    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(512)\n"
-    "print(s.getsockname()[1], flush=True)\n"
-    "while True:\n"
-    "    s.accept()[0].close()\n"
-)
+POD_IP = "198.18.0.2"  # benchmarking range (RFC 2544); on each namespace's own loopback
+HTTP_PORT, TCP_PORT, GRPC_PORT = 8080, 8081, 8082
+CLONE_NEWNET = 0x40000000
+START_TIMEOUT_S = 60.0
 
 
-def pss(pid: int) -> tuple[int, int]:
-    info = psutil.Process(pid).memory_full_info()
-    return info.pss, info.uss
+# --- measuring (importable) ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Memory:
+    """One process's memory from /proc/PID/smaps_rollup, in bytes."""
+
+    pid: int
+    rss: int
+    pss: int
+    pss_anon: int
+    pss_file: int
+    private: int  # Private_Clean + Private_Dirty (what USS counts)
+
+    @property
+    def shared_pss(self) -> int:
+        return self.pss - self.private
 
 
-def summary_ms(values_s: list[float]) -> dict[str, float]:
-    s = sorted(v * 1000 for v in values_s)
-    return {"median": round(statistics.median(s), 1), "p90": round(s[min(len(s) - 1, int(0.9 * len(s)))], 1),
-            "max": round(s[-1], 1)}
+_ROLLUP_FIELDS = {"Rss": "rss", "Pss": "pss", "Pss_Anon": "pss_anon", "Pss_File": "pss_file"}
 
+
+def memory_of(pid: int) -> Memory:
+    values = {"rss": 0, "pss": 0, "pss_anon": 0, "pss_file": 0, "private": 0}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in _ROLLUP_FIELDS:
+                values[_ROLLUP_FIELDS[key]] = int(rest.split()[0]) * 1024
+            elif key in ("Private_Clean", "Private_Dirty"):
+                values["private"] += int(rest.split()[0]) * 1024
+    return Memory(pid=pid, **values)
+
+
+def memory_of_all(pids: Iterable[int]) -> dict[int, Memory]:
+    """Processes that exited meanwhile are left out."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = memory_of(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+@dataclass(frozen=True)
+class ShimProcesses:
+    daemon: int
+    zygote: int | None
+    workers: tuple[int, ...]
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+    except FileNotFoundError:
+        return []
+
+
+def shim_processes(daemon_pid: int) -> ShimProcesses:
+    """The daemon's zygote (its `-m shim.zygote` child) and the workers: the zygote's children, and
+    the daemon's other children (workers it adopted when a zygote died)."""
+    children = _children(daemon_pid)
+    zygote = next((pid for pid in children if "shim.zygote" in _cmdline(pid)), None)
+    adopted = [pid for pid in children if pid != zygote]
+    workers = tuple(sorted((_children(zygote) if zygote else []) + adopted))
+    return ShimProcesses(daemon_pid, zygote, workers)
+
+
+@dataclass(frozen=True)
+class ShimMemory:
+    """PSS of every part of one daemon at one moment, in bytes."""
+
+    daemon: Memory
+    zygote: Memory | None
+    workers: tuple[Memory, ...]
+
+    @property
+    def total_pss(self) -> int:
+        return self.daemon.pss + (self.zygote.pss if self.zygote else 0) + sum(w.pss for w in self.workers)
+
+    def summary_mib(self) -> dict[str, float]:
+        pss = [w.pss for w in self.workers] or [0]
+        private = [w.private for w in self.workers] or [0]
+        return {
+            "workers": len(self.workers),
+            "daemon_pss_mib": round(self.daemon.pss / MIB, 2),
+            "daemon_rss_mib": round(self.daemon.rss / MIB, 2),
+            "zygote_pss_mib": round(self.zygote.pss / MIB, 2) if self.zygote else 0.0,
+            "worker_pss_mean_mib": round(statistics.mean(pss) / MIB, 3),
+            "worker_pss_max_mib": round(max(pss) / MIB, 3),
+            "worker_private_mean_mib": round(statistics.mean(private) / MIB, 3),
+            "total_pss_mib": round(self.total_pss / MIB, 2),
+        }
+
+
+def shim_memory(daemon_pid: int) -> ShimMemory:
+    procs = shim_processes(daemon_pid)
+    found = memory_of_all([procs.daemon, *([procs.zygote] if procs.zygote else []), *procs.workers])
+    return ShimMemory(daemon=found[procs.daemon], zygote=found.get(procs.zygote),
+                      workers=tuple(found[pid] for pid in procs.workers if pid in found))
+
+
+def per_extra_sandbox(at_n: ShimMemory, at_n0: ShimMemory) -> float:
+    """(total PSS at N - at N0) / (N - N0), in bytes, N counted as live workers."""
+    extra = len(at_n.workers) - len(at_n0.workers)
+    if extra <= 0:
+        raise ValueError("the second measurement must have more workers than the first")
+    return (at_n.total_pss - at_n0.total_pss) / extra
+
+
+def mapping_kind(name: str, executable: bool) -> str:
+    """A label for one /proc/PID/smaps mapping (pure)."""
+    if name in ("[heap]", "[stack]", "[vvar]", "[vdso]", "[vsyscall]"):
+        return name
+    if not name:
+        return "anonymous (pymalloc arenas, malloc mmaps, thread stacks)"
+    if name.startswith("/memfd:") or name.startswith("/dev/"):
+        return "other"
+    base = os.path.basename(name)
+    if base.startswith("python") or base.startswith("libpython"):
+        return f"{base} ({'text' if executable else 'data'})"
+    return f"other files ({'text' if executable else 'data'})"
+
+
+def private_by_mapping(pid: int) -> dict[str, int]:
+    """Private bytes (clean + dirty) of a process, summed by kind of mapping, largest first."""
+    totals: dict[str, int] = {}
+    kind = ""
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if not line[0].isupper():  # a mapping's header line ("start-end perms offset dev inode name")
+                perms = fields[1]
+                kind = mapping_kind(fields[5] if len(fields) > 5 else "", "x" in perms)
+            elif fields[0] in ("Private_Clean:", "Private_Dirty:"):
+                totals[kind] = totals.get(kind, 0) + int(fields[1]) * 1024
+    return dict(sorted(((k, v) for k, v in totals.items() if v), key=lambda kv: -kv[1]))
+
+
+# --- the sandboxes and their targets ------------------------------------------------------
 
 class Namespaces:
-    """Loopback-only netns for the bench, named like the tests' so a stale sweep finds them."""
+    """Loopback-only netns named like the tests' (cps-bench-PID-i), so a stale sweep finds them."""
 
-    def __init__(self, count: int, listener: bool) -> None:
+    def __init__(self) -> None:
         self.names: list[str] = []
-        self.listeners: list[subprocess.Popen] = []
-        self.ports: list[int] = []
-        try:
-            for i in range(count):
-                name = f"cps-bench-{os.getpid()}-{i}"
-                subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-                self.names.append(name)
-                subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
-                self.ports.append(self._listen(name) if listener else CLOSED_PORT)
-        except BaseException:
-            self.destroy()
-            raise
 
-    def _listen(self, name: str) -> int:
-        proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", LISTENER],
-                                stdout=subprocess.PIPE, text=True)
-        self.listeners.append(proc)
-        return int(proc.stdout.readline())
+    def grow(self, count: int) -> list[str]:
+        added = []
+        while len(self.names) < count:
+            name = f"cps-bench-{os.getpid()}-{len(self.names)}"
+            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+            self.names.append(name)
+            added.append(name)
+            for cmd in (["link", "set", "lo", "up"], ["addr", "add", f"{POD_IP}/32", "dev", "lo"]):
+                subprocess.run(["ip", "-n", name, *cmd], check=True, capture_output=True)
+        return added
 
     def destroy(self) -> None:
-        for proc in self.listeners:
-            proc.kill()
-            proc.wait()
         for name in self.names:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        self.names.clear()
 
 
-def registration(port: int, period_ms: int) -> worker_pb.ProbeRegistration:
-    return worker_pb.ProbeRegistration(
-        probe_id="tcp", type=spec_pb.READINESS, start_now=True,
-        container=worker_pb.ContainerRef(id="c", name="app"),
-        spec=spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)),
-                               target=spec_pb.LOOPBACK, period_ms=period_ms, timeout_ms=1000),
-    )
+def _setns(fd: int) -> None:
+    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns failed")
 
 
-async def measure(args: argparse.Namespace, count: int, namespaces: Namespaces) -> dict:
-    loop = asyncio.get_running_loop()
-    attempts: dict[str, int] = {}
-    first_attempt: dict[str, float] = {}
-    enough = asyncio.Event()
+def serve_targets() -> None:
+    """Target process: reads namespace names on stdin, one a line; after each blank line it
+    listens in the new ones and prints READY. HTTP and TCP on asyncio, gRPC health on grpcio."""
+    from concurrent import futures
 
-    def on_event(sandbox_id: str, event: worker_pb.WorkerEvent) -> None:
-        if event.WhichOneof("msg") != "attempt":
-            return
-        first_attempt.setdefault(sandbox_id, loop.time())
-        attempts[sandbox_id] = attempts.get(sandbox_id, 0) + 1
-        if len(attempts) == count and min(attempts.values()) >= args.attempts:
-            enough.set()
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
 
-    async def zygote_factory() -> Zygote:
-        return await Zygote.start(python=args.python, gc_freeze=args.gc_freeze, child_gc_threshold=args.child_gc_threshold,
-                                  preload_pod_ips=args.preload_pod_ips, warm_up=args.warm_up,
-                                  fill_holes=args.fill_holes)
+    class Http(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.head = transport, b""
 
-    supervisor = WorkerSupervisor(zygote_factory, on_event, lambda *_: None,
-                                  heartbeat_timeout_s=30.0, start_timeout_s=60.0)
-    try:
-        await supervisor.start()
-        zygote_pid = supervisor.zygote.pid
-        zygote_alone, _ = pss(zygote_pid)
-        requested: dict[str, float] = {}
-        ready_after: list[float] = []
-        for i, name in enumerate(namespaces.names):
-            sid = f"sb{i}"
-            requested[sid] = loop.time()
-            pod_ips = [] if args.discover_pod_ips else ["127.0.0.1"]
-            await supervisor.ensure(SandboxTarget(sid, f"/var/run/netns/{name}", pod_ips))
-            ready_after.append(loop.time() - requested[sid])
-            await supervisor.add_probe(sid, registration(namespaces.ports[i], args.period_ms))
-        await asyncio.wait_for(enough.wait(), args.attempts * args.period_ms / 1000 + 60)
-        workers = [supervisor.status(f"sb{i}").pid for i in range(count)]
-        per_worker = [pss(pid) for pid in workers]
-        zygote_after, _ = pss(zygote_pid)
-        total = zygote_after + sum(p for p, _ in per_worker)
-        return {
-            "sandboxes": count,
-            "python": args.python,
-            "gc_freeze": args.gc_freeze,
-            "child_gc_threshold": args.child_gc_threshold,
-            "warm_up": args.warm_up,
-            "fill_holes": args.fill_holes,
-            "zygote_pss_alone_mib": round(zygote_alone / MIB, 2),
-            "zygote_pss_after_mib": round(zygote_after / MIB, 2),
-            "worker_pss_mean_mib": round(statistics.mean(p for p, _ in per_worker) / MIB, 2),
-            "worker_pss_max_mib": round(max(p for p, _ in per_worker) / MIB, 2),
-            "worker_uss_mean_mib": round(statistics.mean(u for _, u in per_worker) / MIB, 2),
-            "total_pss_mib": round(total / MIB, 1),
-            "per_extra_sandbox_mib": round((total - zygote_alone) / count / MIB, 2),
-            "spawn_to_ready_ms": summary_ms(ready_after),
-            "spawn_to_first_attempt_ms": summary_ms([first_attempt[s] - requested[s] for s in requested]),
-            "attempts_per_worker_min": min(attempts.values()),
+        def data_received(self, data):
+            self.head += data
+            if b"\r\n\r\n" in self.head:
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                self.transport.close()
+
+    class Tcp(asyncio.Protocol):
+        def connection_made(self, transport):
+            transport.close()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        servers = []  # grpcio binds a port (in this thread's netns) when it is added, none once started
+        pending: list[str] = []
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            if line.strip():
+                pending.append(line.strip())
+                continue
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+            health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+            for name in pending:
+                fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+                try:
+                    _setns(fd)
+                    for protocol, port in ((Http, HTTP_PORT), (Tcp, TCP_PORT)):
+                        await loop.create_server(protocol, sock=socket.create_server(("0.0.0.0", port), backlog=1024))
+                    if server.add_insecure_port(f"0.0.0.0:{GRPC_PORT}") != GRPC_PORT:
+                        raise OSError(f"grpc could not listen in {name}")
+                finally:
+                    _setns(home)
+                    os.close(fd)
+            server.start()
+            servers.append(server)
+            pending.clear()
+            print("READY", flush=True)
+
+    asyncio.run(main())
+
+
+class Targets:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-targets"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+
+    def add(self, names: list[str]) -> None:
+        self.proc.stdin.write("".join(f"{n}\n" for n in names) + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "READY":
+            raise RuntimeError("the target process failed (see its stderr)")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+# --- the daemon ------------------------------------------------------------------------------
+
+class Daemon:
+    """`probe-shim serve` in embedded mode in a private directory, and a client to it."""
+
+    def __init__(self, workdir: str, env: dict[str, str] | None = None) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from cri_proto import probe_service_pb2_grpc as service_grpc
+
+        sock = f"{workdir}/shim.sock"
+        self.log = open(f"{workdir}/daemon.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shim.cli", "serve", "--runtime-endpoint", "none", "--listen", f"unix://{sock}",
+             "--state-dir", f"{workdir}/state", "--metrics-listen", "127.0.0.1:0"],
+            cwd=REPO_ROOT, env={**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), (env or {}).get("PYTHONPATH", "")) if p)},
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.channel = grpc.insecure_channel(f"unix://{sock}", options=[("grpc.use_local_subchannel_pool", 1)])
+        health_pb2_grpc.HealthStub(self.channel).Check(health_pb2.HealthCheckRequest(), timeout=START_TIMEOUT_S,
+                                                       wait_for_ready=True)
+        self.stub = service_grpc.ProbeServiceStub(self.channel)
+
+    def run_probes(self, sandbox: str, kinds: Iterable[str] = ("http", "tcp", "grpc"), period_ms: int = 1000) -> list[str]:
+        from cri_proto import probe_service_pb2 as service_pb
+        from cri_proto import probe_spec_pb2 as spec_pb
+
+        handlers = {
+            "http": {"http_get": spec_pb.HTTPGetAction(path="/healthz", port=spec_pb.PortRef(number=HTTP_PORT))},
+            "tcp": {"tcp_socket": spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=TCP_PORT))},
+            "grpc": {"grpc": spec_pb.GRPCAction(port=GRPC_PORT)},
         }
-    finally:
-        await supervisor.close()
+        return [self.stub.RunProbe(service_pb.RunProbeRequest(
+            pod_sandbox_id=sandbox, container_name=kind, type=spec_pb.READINESS,
+            spec=spec_pb.ProbeSpec(period_ms=period_ms, timeout_ms=1000, **handler)), timeout=30).probe_id
+            for kind, handler in handlers.items() if kind in kinds]
+
+    def wait_for_successes(self, probe_ids: set[str], successes: int, timeout_s: float) -> int:
+        """Until every probe in probe_ids has `successes` successful attempts (polling: a bench, not a
+        test); returns how many of their attempts did not succeed (a loaded machine times some out)."""
+        from cri_proto import probe_service_pb2 as service_pb
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            probes = [p for p in self.stub.ProbeStatus(service_pb.ProbeStatusRequest(), timeout=30).probes
+                      if p.probe_id in probe_ids]
+            behind = [p for p in probes if p.totals.success < successes]
+            if not behind:
+                return sum(p.totals.warning + p.totals.failure + p.totals.unknown for p in probes)
+            if time.monotonic() > deadline:
+                p = behind[0]
+                raise TimeoutError(f"{len(behind)} probes still below {successes} successes, e.g. {p.container_name} "
+                                   f"in {p.pod_sandbox_id}: {p.last_attempt.output}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.channel.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
 
 
-def show(result: dict) -> None:
-    print(f"{result['sandboxes']} sandboxes (gc_freeze={result['gc_freeze']}, warm_up={result['warm_up']}, "
-          f"fill_holes={result['fill_holes']}, "
-          f"child gc threshold={result['child_gc_threshold']}):")
-    print(f"  zygote PSS          {result['zygote_pss_alone_mib']:7.2f} MiB alone, "
-          f"{result['zygote_pss_after_mib']:.2f} MiB with its workers")
-    print(f"  worker PSS          {result['worker_pss_mean_mib']:7.2f} MiB mean, {result['worker_pss_max_mib']:.2f} max; "
-          f"USS {result['worker_uss_mean_mib']:.2f} MiB mean")
-    print(f"  total PSS           {result['total_pss_mib']:7.1f} MiB (zygote + workers)")
-    print(f"  per extra sandbox   {result['per_extra_sandbox_mib']:7.2f} MiB  (target <= 2.5 at 100)")
-    for key in ("spawn_to_ready_ms", "spawn_to_first_attempt_ms"):
-        s = result[key]
-        print(f"  {key.replace('_', ' '):19} median {s['median']} ms, p90 {s['p90']} ms, max {s['max']} ms")
+# --- the run ---------------------------------------------------------------------------------
+
+def measure(counts: list[int], baseline: int, attempts: int, settle_s: float, breakdown: bool) -> dict:
+    namespaces, targets, daemon = Namespaces(), None, None
+    steps: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="cps-memory-") as workdir:
+        try:
+            targets = Targets()
+            daemon = Daemon(workdir)
+            probe_ids: set[str] = set()
+            at_n0: ShimMemory | None = None
+            for count in sorted({baseline, *counts}):
+                added = namespaces.grow(count)
+                targets.add(added)
+                started = time.monotonic()
+                for name in added:
+                    probe_ids.update(daemon.run_probes(name))
+                registered_s = time.monotonic() - started
+                unsuccessful = daemon.wait_for_successes(probe_ids, attempts, timeout_s=60 + count * 0.2)
+                time.sleep(settle_s)  # let every worker run its probes in steady state
+                memory = shim_memory(daemon.proc.pid)
+                if len(memory.workers) != count:
+                    raise RuntimeError(f"{len(memory.workers)} workers for {count} sandboxes")
+                step = {"sandboxes": count, "probes": len(probe_ids), "register_s": round(registered_s, 1),
+                        "unsuccessful_attempts": unsuccessful, **memory.summary_mib()}
+                if at_n0 is None:
+                    at_n0 = memory
+                else:
+                    step["per_extra_sandbox_mib"] = round(per_extra_sandbox(memory, at_n0) / MIB, 3)
+                if breakdown:
+                    step["worker_private_by_mapping_kib"] = {
+                        k: v // 1024 for k, v in private_by_mapping(memory.workers[-1].pid).items()}
+                    step["daemon_private_by_mapping_kib"] = {
+                        k: v // 1024 for k, v in private_by_mapping(memory.daemon.pid).items()}
+                steps.append(step)
+                show(step)
+        finally:
+            if daemon is not None:
+                daemon.stop()
+            if targets is not None:
+                targets.stop()
+            namespaces.destroy()
+    return {"python": sys.version.split()[0], "baseline_sandboxes": baseline, "settle_s": settle_s, "steps": steps}
+
+
+def show(step: dict) -> None:
+    extra = step.get("per_extra_sandbox_mib")
+    print(f"{step['sandboxes']:4} sandboxes, {step['probes']} probes: daemon {step['daemon_pss_mib']:.1f} MiB, "
+          f"zygote {step['zygote_pss_mib']:.1f} MiB, worker {step['worker_pss_mean_mib']:.2f} MiB mean "
+          f"({step['worker_private_mean_mib']:.2f} private), total {step['total_pss_mib']:.1f} MiB"
+          + (f", per extra sandbox {extra:.2f} MiB" if extra is not None else " (baseline)")
+          + (f"; {step['unsuccessful_attempts']} attempts did not succeed" if step["unsuccessful_attempts"] else ""),
+          flush=True)
+    for key in ("worker_private_by_mapping_kib", "daemon_private_by_mapping_kib"):
+        for kind, kib in step.get(key, {}).items():
+            print(f"       {key.split('_')[0]} private {kib:7d} KiB  {kind}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sandboxes", type=int, nargs="+", default=[10, 100])
-    parser.add_argument("--period-ms", type=int, default=1000)
-    parser.add_argument("--attempts", type=int, default=5, help="attempts every worker makes before measuring")
-    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false")
-    parser.add_argument("--child-gc-threshold", type=int, default=None,
-                        help="generation-0 GC threshold in workers (0: GC disabled); default: the interpreter's")
-    parser.add_argument("--no-preload-pod-ips", dest="preload_pod_ips", action="store_false")
-    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false")
-    parser.add_argument("--no-fill-holes", dest="fill_holes", action="store_false")
-    parser.add_argument("--discover-pod-ips", action="store_true",
-                        help="pass no pod IPs: every worker discovers them (pyroute2)")
-    parser.add_argument("--listener", action="store_true", help="probe a listener (success) instead of a closed port")
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter of the zygote and its workers (needs protobuf, h11, h2, pyroute2)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--baseline", type=int, default=1, help="N0: sandboxes at the first measurement")
+    parser.add_argument("--attempts", type=int, default=3, help="successes every probe needs before a measurement")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="steady-state seconds before each measurement")
+    parser.add_argument("--breakdown", action="store_true", help="private memory of a worker and the daemon by mapping")
+    parser.add_argument("--json", metavar="FILE", help="also write the results there")
+    parser.add_argument("--serve-targets", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_targets:
+        serve_targets()
+        return 0
+    from tests.netns_env import netns_unavailable_reason
+
     reason = netns_unavailable_reason()
     if reason:
         print(f"skipped: {reason}", file=sys.stderr)
         return 1
-    results = []
-    for count in args.sandboxes:
-        namespaces = Namespaces(count, args.listener)
-        try:
-            results.append(asyncio.run(measure(args, count, namespaces)))
-        finally:
-            namespaces.destroy()
-        if not args.json:
-            show(results[-1])
+    if any(n <= args.baseline for n in args.sandboxes):
+        parser.error("every --sandboxes count must be larger than --baseline")
+    result = measure(args.sandboxes, args.baseline, args.attempts, args.settle_s, args.breakdown)
     if args.json:
-        print(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -1,0 +1,56 @@
+"""Scenario 2: the latency of one attempt of each kind, our engine against the raw-socket floor.
+
+Engine: the worker's own measure of an attempt (Attempt.duration_ns), one-shot attempts
+asked for with ExecProbe in a sandbox whose worker is already running. Floor:
+bench/floor.py, a process inside the same netns doing the bare protocol exchange
+against the same server and address. Both run in the same run, in alternating blocks,
+so that whatever else loads the machine loads both alike.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cri_proto import probe_spec_pb2 as spec_pb
+
+from bench.env import PORTS, SPECS, sandbox_rig
+from bench.floor import KINDS, FloorProcess
+from bench.stats import ratio, summarize
+
+
+def engine_vs_floor(engine_ms: list[float], floor_ms: list[float]) -> dict:
+    engine, floor = summarize(engine_ms), summarize(floor_ms)
+    return {"engine_ms": engine, "floor_ms": floor,
+            "ratio_median": ratio(engine["median"], floor["median"]),
+            "ratio_p99": ratio(engine["p99"], floor["p99"])}
+
+
+def run(count: int, block: int, warmup: int) -> dict:
+    results: dict = {"attempts_per_kind": count, "samples": {}}
+    with sandbox_rig() as (daemon, ns, _targets):
+        floor = FloorProcess(ns.name, ns.ipv4, PORTS)
+        try:
+            for kind in KINDS:
+                spec = SPECS[kind]()
+                for _ in range(warmup):
+                    daemon.exec_probe(ns.name, spec)
+                floor.measure(kind, warmup)
+                engine_ms, wall_ms, floor_ms, failed = [], [], [], []
+                while len(engine_ms) < count:
+                    n = min(block, count - len(engine_ms))
+                    for _ in range(n):
+                        begin = time.perf_counter_ns()
+                        attempt = daemon.exec_probe(ns.name, spec)
+                        wall_ms.append((time.perf_counter_ns() - begin) / 1e6)
+                        # A failed attempt stays in the figures (it is what a probe cost) and is counted.
+                        if attempt.result != spec_pb.RESULT_SUCCESS:
+                            failed.append(attempt.output)
+                        engine_ms.append(attempt.duration_ns / 1e6)
+                    floor_ms += floor.measure(kind, n)
+                results[kind] = {**engine_vs_floor(engine_ms, floor_ms), "exec_probe_wall_ms": summarize(wall_ms),
+                                 "engine_failures": len(failed), "engine_failure_outputs": sorted(set(failed))[:5]}
+                results["samples"][kind] = {"engine": [round(v, 4) for v in engine_ms],
+                                            "floor": [round(v, 4) for v in floor_ms]}
+        finally:
+            floor.stop()
+    return results

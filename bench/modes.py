@@ -1,0 +1,46 @@
+"""How big and how long each scenario runs in the quick and full modes (issue 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.scale import ScaleParams
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    scale: ScaleParams
+    latency_count: int        # attempts per kind, engine and floor each
+    latency_block: int        # engine and floor alternate in blocks of this many
+    latency_warmup: int
+    exec_count: int           # calls per path, interleaved
+    exec_warmup: int
+    spawn_sandboxes: int
+    proxy_count: int          # calls per CRI method and path
+    proxy_warmup: int
+    pressure_s: float
+    pressure_warmup_s: float
+
+
+QUICK = Mode(
+    name="quick",  # under 2 minutes on a 2-core machine
+    scale=ScaleParams(sandbox_counts=(10, 50), warmup_s=2.0, window_s=10.0, punctuality_s=5.0),
+    latency_count=100, latency_block=50, latency_warmup=10,
+    exec_count=20, exec_warmup=3,
+    spawn_sandboxes=20,
+    proxy_count=200, proxy_warmup=20,
+    pressure_s=10.0, pressure_warmup_s=2.0,
+)
+
+FULL = Mode(
+    name="full",  # the reference run: every figure at the size the issue's targets are for
+    scale=ScaleParams(sandbox_counts=(10, 50, 100, 250), warmup_s=5.0, window_s=30.0, punctuality_s=15.0),
+    latency_count=500, latency_block=50, latency_warmup=20,
+    exec_count=200, exec_warmup=10,
+    spawn_sandboxes=100,
+    proxy_count=1000, proxy_warmup=200,
+    pressure_s=60.0, pressure_warmup_s=3.0,
+)
+
+MODES = {m.name: m for m in (QUICK, FULL)}

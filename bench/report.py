@@ -1,0 +1,225 @@
+"""The suite's verdicts and tables: every figure beside its target from issue 6 (pure).
+
+`evaluate` turns the results of a run into one Row per target (met / NOT met /
+skipped / error, with a note saying at what scale it was measured when that is not
+the target's); `targets_table` and `details` render what the suite prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+MET, NOT_MET, SKIPPED, ERROR, INFO = "met", "NOT met", "skipped", "error", "info"
+TARGET_SANDBOXES = 250
+TARGET_PRESSURE_S = 60
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: str
+    target: str
+    measured: str
+    status: str
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _unavailable(figure: str, target: str, scenario: dict | None) -> Row | None:
+    """A row for a scenario that did not produce figures, else None."""
+    if scenario is None:
+        return Row(figure, target, "-", SKIPPED, "not run")
+    if "skipped" in scenario:
+        return Row(figure, target, "-", SKIPPED, scenario["skipped"])
+    if "error" in scenario:
+        return Row(figure, target, "-", ERROR, scenario["error"].splitlines()[0][:100])
+    return None
+
+
+def _verdict(ok: bool) -> str:
+    return MET if ok else NOT_MET
+
+
+def _row(figure: str, target: str, scenario: dict | None,
+         measure: Callable[[dict], tuple[str, bool | None, str]]) -> Row:
+    """measure(scenario) -> (measured text, ok or None for "no verdict", note)."""
+    missing = _unavailable(figure, target, scenario)
+    if missing is not None:
+        return missing
+    try:
+        text, ok, note = measure(scenario)
+    except (KeyError, IndexError, TypeError) as exc:
+        return Row(figure, target, "-", ERROR, f"figure missing: {exc!r}")
+    return Row(figure, target, text, INFO if ok is None else _verdict(ok), note)
+
+
+def _scale_note(step: dict) -> str:
+    n = step["sandboxes"]
+    return "" if n == TARGET_SANDBOXES else f"at N={n} ({3 * n}/s); the target is for N={TARGET_SANDBOXES}"
+
+
+def _last_step_at_most(group: str, key: str, text: str, bound: float):
+    """A measure for `_row`: the last scale step's step[group][key] (formatted with `text`) against `<= bound`."""
+    def measure(s: dict):
+        step = s["steps"][-1]
+        value = step[group][key]
+        return text.format(value), value <= bound, _scale_note(step)
+    return measure
+
+
+def evaluate(scenarios: dict) -> list[Row]:
+    scale, latency, exec_ = scenarios.get("scale"), scenarios.get("latency"), scenarios.get("exec")
+    spawn, proxy, pressure = scenarios.get("spawn"), scenarios.get("proxy"), scenarios.get("pressure")
+    rows = []
+
+    def late(s: dict):
+        step = s["steps"][-1]
+        p = step["punctuality"]
+        note = "; ".join(x for x in (_scale_note(step), p["method"]) if x)
+        return f"{p['late']} late, {p['missed']} missed of {p['attempts']}", p["late"] + p["missed"] == 0, note
+    rows.append(_row("250 sandboxes x 3 probes at 1 s: late or missed attempts", "0", scale, late))
+
+    rows.append(_row("same: CPU of daemon + zygote + workers", "<= 30% of one core", scale,
+                     _last_step_at_most("cpu_percent", "shim_total", "{:.1f}%", 30)))
+
+    def pss_per_sandbox(s: dict):
+        value = s["per_extra_sandbox"]["total_pss_mib"]
+        counts = [st["sandboxes"] for st in s["steps"]]
+        return f"{value:.2f} MiB", value <= 2.5, f"slope of total PSS over N = {', '.join(map(str, counts))}"
+    rows.append(_row("same: PSS per extra sandbox", "<= 2.5 MiB", scale, pss_per_sandbox))
+
+    rows.append(_row("same: daemon PSS", "<= 80 MiB", scale,
+                     _last_step_at_most("memory", "daemon_pss_mib", "{:.1f} MiB", 80)))
+
+    for kind, target in (("http", "<= 1.5x"), ("tcp", "<= 1.5x"), ("grpc", "(none)")):
+        def engine(s: dict, kind=kind, target=target):
+            k = s[kind]
+            text = f"{k['ratio_median']:.2f}x ({k['engine_ms']['median']:.3f} vs {k['floor_ms']['median']:.3f} ms)"
+            ok = None if target == "(none)" else k["ratio_median"] <= 1.5
+            fails = f"{k['engine_failures']} engine attempts failed" if k.get("engine_failures") else ""
+            return text, ok, fails
+        rows.append(_row(f"engine latency vs raw-socket floor, {kind.upper() if kind != 'grpc' else 'gRPC'} (median)",
+                         target, latency, engine))
+
+    def vs_exec_sync(s: dict):
+        value = s["speedup_median"]["exec_sync_wget"]
+        return f"{value:.1f}x faster", value >= 15, _medians(s, "exec_sync_wget")
+    rows.append(_exec_row("ExecProbe vs CRI ExecSync exec probe (median)", ">= 15x faster", exec_, vs_exec_sync))
+
+    def vs_nsenter(s: dict):
+        path = "nsenter_curl" if "nsenter_curl" in s["speedup_median"] else "nsenter_wget"
+        value = s["speedup_median"][path]
+        via = "" if path == "nsenter_curl" else "curl not installed: busybox wget; "
+        return f"{value:.1f}x faster", value >= 5, via + _medians(s, path)
+    rows.append(_row("ExecProbe vs nsenter + curl subprocess (median)", ">= 5x faster", exec_, vs_nsenter))
+
+    def first_attempt(s: dict):
+        value = s["first_attempt_ms"]["p99"]
+        return f"{value:.1f} ms", value <= 100, f"{s['sandboxes']} new sandboxes; median {s['first_attempt_ms']['median']:.1f} ms"
+    rows.append(_row("first attempt after RunProbe on a new sandbox (p99)", "<= 100 ms", spawn, first_attempt))
+
+    for method in ("Version", "ListPodSandbox"):
+        def overhead(s: dict, method=method):
+            value = s[method]["overhead_ms"]["median"]
+            return f"{value:.3f} ms", value <= 0.5, f"{s['calls_per_path']} calls per path"
+        rows.append(_row(f"proxy overhead per unary CRI call, {method} (median)", "<= 0.5 ms", proxy, overhead))
+
+    def under_pressure(s: dict):
+        window = s["window_s"]
+        note = f"{s['probes_per_s']:.0f} probes/s for {window:.0f} s; {s['time_wait_sockets']} TIME_WAIT sockets"
+        if round(window) < TARGET_PRESSURE_S:
+            note += f"; the target is for {TARGET_PRESSURE_S} s"
+        return f"{s['failures']} failures", s["failures"] == 0, note
+    rows.append(_row("600 probes/s against one target: failures", "0", pressure, under_pressure))
+    return rows
+
+
+def _exec_row(figure: str, target: str, scenario: dict | None, measure) -> Row:
+    if scenario and "skipped" in scenario.get("exec_sync_wget", {}):
+        return Row(figure, target, "-", SKIPPED, scenario["exec_sync_wget"]["skipped"])
+    return _row(figure, target, scenario, measure)
+
+
+def _medians(s: dict, path: str) -> str:
+    paths = s["paths_ms"]
+    return f"{paths[path]['median']:.2f} ms vs {paths['exec_probe']['median']:.2f} ms"
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A plain text table, columns as wide as their widest cell."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def targets_table(rows: list[Row]) -> str:
+    return table(["figure", "target", "measured", "status", "note"],
+                 [[r.figure, r.target, r.measured, r.status, r.note] for r in rows])
+
+
+def _fmt(value, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def details(scenarios: dict) -> str:
+    parts = []
+    scale = scenarios.get("scale") or {}
+    if "steps" in scale:
+        rows = []
+        for s in scale["steps"]:
+            m, c, lat = s["memory"], s["cpu_percent"], s["state_change_latency_ms"]
+            rows.append([s["sandboxes"], f"{s['probes_per_s']:.0f}/{s['probes_per_s_expected']:.0f}",
+                         f"{s['punctuality']['late']}/{s['punctuality']['missed']}",
+                         _fmt(c["daemon"]), _fmt(c["zygote"]), _fmt(c["workers"]), _fmt(c["shim_total"]),
+                         _fmt(c["targets"]), _fmt(m["daemon_rss_mib"]), _fmt(m["daemon_pss_mib"]),
+                         _fmt(m["worker_pss_mean_mib"], ".2f"), _fmt(m["total_pss_mib"]),
+                         f"{m['fds']['daemon']}/{m['fds']['workers_total']}",
+                         f"{m['threads']['daemon']}/{m['threads']['workers_total']}",
+                         f"{_fmt(lat.get('median'), '.2f')}/{_fmt(lat.get('p99'), '.2f')} ({lat['count']})"])
+        parts.append("scale (CPU in % of one core, memory in MiB)\n" + table(
+            ["N", "probes/s", "late/missed", "cpu daemon", "zygote", "workers", "shim total", "targets",
+             "daemon RSS", "daemon PSS", "PSS/worker", "total PSS", "fds d/w", "threads d/w",
+             "state change ms med/p99 (n)"], rows))
+    latency = scenarios.get("latency") or {}
+    if "http" in latency:
+        rows = [[k, _fmt(latency[k]["engine_ms"]["median"], ".3f"), _fmt(latency[k]["engine_ms"]["p99"], ".3f"),
+                 _fmt(latency[k]["floor_ms"]["median"], ".3f"), _fmt(latency[k]["floor_ms"]["p99"], ".3f"),
+                 _fmt(latency[k]["ratio_median"], ".2f"), _fmt(latency[k]["exec_probe_wall_ms"]["median"], ".3f")]
+                for k in ("http", "tcp", "grpc")]
+        parts.append(f"per-attempt latency, {latency['attempts_per_kind']} per kind (ms)\n" + table(
+            ["kind", "engine median", "engine p99", "floor median", "floor p99", "ratio", "ExecProbe wall median"],
+            rows))
+    exec_ = scenarios.get("exec") or {}
+    if "paths_ms" in exec_:
+        rows = [[name, _fmt(s["median"], ".2f"), _fmt(s["p90"], ".2f"), _fmt(s["p99"], ".2f"),
+                 _fmt(exec_["speedup_median"].get(name), ".1f") if name != "exec_probe" else "1"]
+                for name, s in exec_["paths_ms"].items()]
+        parts.append(f"one HTTP GET in the pod, {exec_['pod']} (ms)\n" + table(
+            ["path", "median", "p90", "p99", "ExecProbe faster by"], rows))
+    proxy = scenarios.get("proxy") or {}
+    if "Version" in proxy:
+        rows = [[m, _fmt(proxy[m]["direct_ms"]["median"], ".3f"), _fmt(proxy[m]["proxy_ms"]["median"], ".3f"),
+                 _fmt(proxy[m]["overhead_ms"]["median"], ".3f"), _fmt(proxy[m]["overhead_ms"]["p90"], ".3f"),
+                 _fmt(proxy[m]["overhead_ms"]["p99"], ".3f")] for m in ("Version", "ListPodSandbox")]
+        parts.append(f"CRI proxy, {proxy['calls_per_path']} calls per path (ms)\n" + table(
+            ["method", "direct median", "shim median", "overhead median", "p90", "p99"], rows))
+    spawn = scenarios.get("spawn") or {}
+    if "first_attempt_ms" in spawn:
+        a, r = spawn["first_attempt_ms"], spawn["run_probe_answered_ms"]
+        parts.append(f"spawn, {spawn['sandboxes']} new sandboxes (ms): RunProbe answered median {r['median']:.1f}, "
+                     f"p99 {r['p99']:.1f}; first attempt seen median {a['median']:.1f}, p99 {a['p99']:.1f}")
+    pressure = scenarios.get("pressure") or {}
+    if "failures" in pressure:
+        p = pressure
+        parts.append(f"pressure, {p['probes']} HTTP probes every {p['period_ms']} ms in one sandbox for "
+                     f"{p['window_s']:.0f} s: {p['probes_per_s']:.0f} probes/s, results {p['results']}, "
+                     f"{p['http_requests_served']} requests served, late/missed {p.get('late')}/{p.get('ticks_missed')}, "
+                     f"{p['time_wait_sockets']} TIME_WAIT sockets, daemon + workers "
+                     f"{p['cpu_percent_daemon_and_workers']:.1f}% of one core, target server "
+                     f"{p.get('cpu_percent_target_server', 0):.1f}%")
+    return "\n\n".join(parts)

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The benchmark of issue 6, every scenario in one run so that ratios are fair on a noisy machine.
+
+    python bench/suite.py --mode quick|full [--out DIR]      # root (network namespaces)
+
+Scenarios, in this order (bench/<module>.py each):
+  1. scale      N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s: probes/s, late/missed,
+                CPU, memory, fds, threads, state-change latency
+  2. latency    one attempt per kind: engine vs raw-socket floor in the same netns
+  3. exec       ExecProbe vs CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
+  4. spawn      RunProbe on a new sandbox -> its first attempt
+  5. proxy      unary CRI calls direct to containerd vs through the shim
+  6. pressure   600 probes/s against one server for a fixed window: failures, TIME_WAIT
+Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
+are reported as skipped with the reason; everything else still runs. A scenario that
+fails is reported as an error and the others still run.
+
+Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
+tables printed at the end) and DIR/*.png; DIR defaults to
+bench/results/<YYYY-MM-DD>-<hostname>-<mode>/. Everything started is stopped and every
+network namespace removed, also on failure, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+import psutil  # noqa: E402
+
+from bench import exec_compare, latency, machine, plots, pressure, proxy_overhead, report, scale, spawn  # noqa: E402
+from bench.modes import MODES, Mode  # noqa: E402
+from bench.proxy_latency import ContainerdRig  # noqa: E402
+from tests.containerd_env import sweep_stale_sessions, unavailable_reason  # noqa: E402
+from tests.netns_env import netns_unavailable_reason, remove_stale_namespaces  # noqa: E402
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def default_out(mode: str) -> Path:
+    return RESULTS_DIR / f"{datetime.date.today().isoformat()}-{socket.gethostname()}-{mode}"
+
+
+def scenario(name: str, run: Callable[[], dict]) -> dict:
+    """Runs one scenario; a failure becomes {"error": ...} so that the others still run."""
+    log(f"{name} ...")
+    begin = time.monotonic()
+    try:
+        result = run()
+    except Exception as exc:  # noqa: BLE001 - reported, not hidden: the table shows it as an error
+        traceback.print_exc()
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    result["elapsed_s"] = round(time.monotonic() - begin, 1)
+    log(f"{name} done in {result['elapsed_s']} s")
+    return result
+
+
+def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
+    """exec and proxy share one containerd (its start costs seconds); without it, exec runs in a netns."""
+    reason = unavailable_reason()
+    if reason is not None:
+        log(f"containerd: {reason}")
+        scenarios["exec"] = scenario("exec", lambda: exec_compare.in_netns(mode.exec_count, mode.exec_warmup, reason))
+        scenarios["proxy"] = {"skipped": reason}
+        return
+    sweep_stale_sessions()
+    log("containerd: starting (3 pod sandboxes, a busybox container and an HTTP server in each)")
+    try:
+        with ContainerdRig(pod_count=3) as rig:
+            scenarios["exec"] = scenario("exec", lambda: exec_compare.with_containerd(
+                rig, mode.exec_count, mode.exec_warmup))
+            scenarios["proxy"] = scenario("proxy", lambda: proxy_overhead.with_containerd(
+                rig, mode.proxy_count, mode.proxy_warmup))
+    except Exception as exc:  # noqa: BLE001 - containerd itself did not come up
+        traceback.print_exc()
+        for name in ("exec", "proxy"):
+            scenarios.setdefault(name, {"error": f"containerd: {type(exc).__name__}: {exc}"})
+
+
+def run_all(mode: Mode, scenarios: dict) -> None:
+    scenarios["scale"] = scenario("scale", lambda: scale.run(mode.scale))
+    scenarios["latency"] = scenario("latency", lambda: latency.run(
+        mode.latency_count, mode.latency_block, mode.latency_warmup))
+    scenarios["spawn"] = scenario("spawn", lambda: spawn.run(mode.spawn_sandboxes))
+    scenarios["pressure"] = scenario("pressure", lambda: pressure.run(mode.pressure_s, mode.pressure_warmup_s))
+    containerd_scenarios(mode, scenarios)
+
+
+def leftovers() -> dict:
+    """What this run left behind: namespaces named after its pid, child processes. Both must be empty."""
+    tag = f"-{os.getpid()}-"
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    namespaces = [line.split()[0] for line in listing.splitlines() if tag in line]
+    children = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in psutil.Process().children(recursive=True)]
+    return {"netns": namespaces, "processes": children}
+
+
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=sorted(MODES), default="quick")
+    parser.add_argument("--out", type=Path, help="output directory (default bench/results/<date>-<host>-<mode>)")
+    args = parser.parse_args()
+    reason = netns_unavailable_reason()
+    if reason:
+        print(f"bench: cannot run: {reason}", file=sys.stderr)
+        return 1
+    mode = MODES[args.mode]
+    out = args.out or default_out(mode.name)
+    # Teardown runs on SIGTERM as on Ctrl-C, and on SIGINT even when started with it ignored (`cmd &`).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+    removed = remove_stale_namespaces()
+    if removed:
+        log(f"removed {len(removed)} namespaces left by killed runs")
+
+    results: dict = {"mode": mode.name, "parameters": asdict(mode), "machine": machine.describe(),
+                     "scenarios": {}}
+    begin = time.monotonic()
+    interrupted = False
+    try:
+        run_all(mode, results["scenarios"])
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: everything started was stopped")
+    results["duration_s"] = round(time.monotonic() - begin, 1)
+    results["machine"]["loadavg_at_end"] = machine.loadavg()
+    results["leftovers"] = leftovers()
+    results["interrupted"] = interrupted
+    rows = report.evaluate(results["scenarios"])
+    results["targets"] = [r.as_dict() for r in rows]
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    pictures = plots.write_all(results["scenarios"], out)
+    m = results["machine"]
+    summary = "\n\n".join(part for part in [
+        f"cri-probe-shim benchmark, {mode.name} mode, {m['date']}, {m['hostname']}: {m['cpu_model']}, "
+        f"{m['cpu_cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}, "
+        f"commit {m['git_commit']}; load average {m['loadavg_at_start']} at start, {m['loadavg_at_end']} at end; "
+        f"{results['duration_s']} s",
+        report.details(results["scenarios"]),
+        "targets (issue 6)\n" + report.targets_table(rows),
+    ] if part)
+    (out / "summary.txt").write_text(summary + "\n")
+    print(summary)
+    print(f"\nresults: {out / 'results.json'}; plots: {', '.join(p.name for p in pictures) or 'none'}")
+    left = results["leftovers"]
+    if left["netns"] or left["processes"]:
+        print(f"bench: LEFT BEHIND: {left}", file=sys.stderr)
+        return 1
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The benchmark's verdicts, tables and readings (bench/report.py, promtext.py, watching.py,
+procstats.py and the pure parts of the scenarios). No root, no sockets."""
+
+from __future__ import annotations
+
+from bench import procstats, promtext, report
+from bench.exec_compare import speedups
+from bench.latency import engine_vs_floor
+from bench.pressure import failures
+from bench.proxy_overhead import overheads
+from bench.scale import per_extra_sandbox
+from bench.watching import StateChanges
+
+METRICS = """\
+# HELP prober_probe_total x
+# TYPE prober_probe_total counter
+prober_probe_total{probe_type="Readiness",result="successful",container="a",pod="p",namespace="",pod_uid=""} 7.0
+prober_probe_total{probe_type="Readiness",result="failed",container="b",pod="p",namespace="",pod_uid=""} 2.0
+prober_probe_total{probe_type="Liveness",result="successful",container="c",pod="p",namespace="",pod_uid=""} 3.0
+# HELP probe_shim_workers x
+# TYPE probe_shim_workers gauge
+probe_shim_workers 2.0
+"""
+
+
+def summary(median: float, p99: float | None = None) -> dict:
+    p99 = median if p99 is None else p99
+    return {"min": median, "median": median, "p90": median, "p99": p99, "max": p99}
+
+
+def step(n: int, cpu: float, late: int = 0, daemon_pss: float = 40.0, total_pss: float = 100.0) -> dict:
+    return {"sandboxes": n, "punctuality": {"late": late, "missed": 0, "attempts": 3 * n * 10,
+                                            "method": "grid recovered from attempt start times"},
+            "cpu_percent": {"shim_total": cpu}, "memory": {"daemon_pss_mib": daemon_pss, "total_pss_mib": total_pss,
+                                                           "zygote_pss_mib": 5.0, "workers_pss_total_mib": total_pss - 45}}
+
+
+def scenarios() -> dict:
+    return {
+        "scale": {"steps": [step(10, 5.0, total_pss=60.0), step(250, 31.0, late=2, total_pss=660.0)],
+                  "per_extra_sandbox": {"total_pss_mib": 2.5}},
+        "latency": {k: {**engine_vs_floor([0.3] * 5, [0.25] * 5), "engine_failures": 0} for k in ("http", "tcp", "grpc")},
+        "exec": {"exec_sync_wget": {"skipped": "needs containerd"},
+                 **speedups({"exec_probe": [2.0], "nsenter_wget": [8.0]})},
+        "spawn": {"error": "RuntimeError: boom\ntraceback"},
+        "pressure": {"window_s": 60.2, "probes_per_s": 600.0, "time_wait_sockets": 0, "failures": 0},
+    }
+
+
+def test_each_target_gets_a_verdict_with_what_it_was_measured_at():
+    rows = {r.figure: r for r in report.evaluate(scenarios())}
+    late = rows["250 sandboxes x 3 probes at 1 s: late or missed attempts"]
+    assert (late.measured, late.status) == ("2 late, 0 missed of 7500", report.NOT_MET)
+    cpu = rows["same: CPU of daemon + zygote + workers"]
+    assert (cpu.measured, cpu.status, cpu.note) == ("31.0%", report.NOT_MET, "")
+    assert rows["same: PSS per extra sandbox"].status == report.MET  # 2.5 <= 2.5
+    http = rows["engine latency vs raw-socket floor, HTTP (median)"]
+    assert (http.measured, http.status) == ("1.20x (0.300 vs 0.250 ms)", report.MET)
+    assert rows["engine latency vs raw-socket floor, gRPC (median)"].status == report.INFO
+    sync = rows["ExecProbe vs CRI ExecSync exec probe (median)"]
+    assert (sync.status, sync.note) == (report.SKIPPED, "needs containerd")
+    nsenter = rows["ExecProbe vs nsenter + curl subprocess (median)"]
+    assert (nsenter.measured, nsenter.status) == ("4.0x faster", report.NOT_MET)
+    assert nsenter.note.startswith("curl not installed: busybox wget")
+    spawn = rows["first attempt after RunProbe on a new sandbox (p99)"]
+    assert (spawn.status, spawn.note) == (report.ERROR, "RuntimeError: boom")
+    assert rows["proxy overhead per unary CRI call, Version (median)"].status == report.SKIPPED  # not run
+    pressure = rows["600 probes/s against one target: failures"]
+    assert (pressure.status, pressure.note) == (report.MET, "600 probes/s for 60 s; 0 TIME_WAIT sockets")
+
+
+def test_a_smaller_scale_says_so():
+    s = scenarios()
+    s["scale"]["steps"] = [step(10, 5.0), step(50, 12.0)]
+    s["pressure"]["window_s"] = 10.0
+    rows = {r.figure: r for r in report.evaluate(s)}
+    assert rows["same: CPU of daemon + zygote + workers"].note == "at N=50 (150/s); the target is for N=250"
+    assert rows["600 probes/s against one target: failures"].note.endswith("the target is for 60 s")
+
+
+def test_tables_line_up():
+    text = report.table(["a", "long header"], [["xxxxx", "1"], ["y", "22"]])
+    assert text.splitlines() == ["a      long header", "-----  -----------", "xxxxx  1", "y      22"]
+    rendered = report.targets_table(report.evaluate(scenarios()))
+    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 13
+
+
+def test_details_render_what_was_measured():
+    s = {"latency": {"attempts_per_kind": 5, **{k: {**engine_vs_floor([0.3] * 5, [0.25] * 5),
+                                                   "exec_probe_wall_ms": summary(1.0)} for k in ("http", "tcp", "grpc")}},
+         "proxy": {"calls_per_path": 10, **{m: overheads({"base": summary(0.3), "other": summary(0.7, 1.0)})
+                                            for m in ("Version", "ListPodSandbox")}}}
+    s["spawn"] = {"sandboxes": 3, "first_attempt_ms": summary(12.0, 30.0), "run_probe_answered_ms": summary(10.0)}
+    s["pressure"] = {"probes": 60, "period_ms": 100, "window_s": 10.0, "probes_per_s": 600.0, "failures": 0,
+                     "results": {"successful": 6000}, "http_requests_served": 6000, "time_wait_sockets": 0,
+                     "late": 0, "ticks_missed": 0, "cpu_percent_daemon_and_workers": 48.0}
+    text = report.details(s)
+    assert "per-attempt latency, 5 per kind (ms)" in text and "CRI proxy, 10 calls per path (ms)" in text
+    assert "first attempt seen median 12.0, p99 30.0" in text
+    assert "600 probes/s, results {'successful': 6000}, 6000 requests served, late/missed 0/0" in text
+
+
+def test_metrics_text_sums_and_deltas():
+    assert promtext.probe_results(METRICS) == {"successful": 10.0, "failed": 2.0}
+    assert promtext.sample_sums(METRICS)["probe_shim_workers"] == 2.0
+    assert promtext.delta({"a": 1.0, "b": 2.0}, {"b": 5.0, "c": 1.0}) == {"a": -1.0, "b": 3.0, "c": 1.0}
+    assert not promtext.has_punctuality_counters(METRICS)
+    with_counters = METRICS + ("# TYPE probe_shim_attempts_late_total counter\nprobe_shim_attempts_late_total 0\n"
+                               "# TYPE probe_shim_ticks_missed_total counter\nprobe_shim_ticks_missed_total 0\n")
+    assert promtext.has_punctuality_counters(with_counters)
+
+
+def test_state_changes_count_only_changes_of_known_probes():
+    changes = StateChanges()
+    assert changes.observe("p", 2, 0, 100) is None  # first sighting (registration)
+    assert changes.observe("p", 1, 1_000_000, 3_500_000) == 2.5  # failure -> success
+    assert changes.observe("p", 1, 5_000_000, 9_000_000) is None  # no change (a worker update, say)
+    assert changes.observe("q", 1, 1, 2) is None
+
+
+def test_cpu_percent_counts_only_processes_seen_in_both_samples():
+    assert procstats.cpu_percent({1: 1.0, 2: 5.0}, {1: 1.5, 2: 5.5, 3: 9.0}, wall_s=2.0) == 50.0
+    assert procstats.cpu_percent({1: 1.0}, {}, wall_s=2.0) == 0.0
+
+
+def test_memory_summary_in_mib():
+    mib = procstats.MIB
+    fp = procstats.ProcessFootprint
+    m = procstats.memory_summary(fp(60 * mib, 40 * mib, 30 * mib, 50, 9), fp(9 * mib, 6 * mib, 2 * mib, 10, 1),
+                                 [fp(8 * mib, 2 * mib, 1 * mib, 7, 1), fp(8 * mib, 4 * mib, 1 * mib, 7, 1)])
+    assert (m["daemon_rss_mib"], m["daemon_pss_mib"], m["worker_pss_mean_mib"], m["total_pss_mib"]) == (60, 40, 3, 52)
+    assert m["fds"] == {"daemon": 50, "zygote": 10, "workers_total": 14}
+
+
+def test_scenario_figures():
+    assert per_extra_sandbox([step(10, 1, total_pss=60.0), step(50, 1, total_pss=160.0)])["total_pss_mib"] == 2.5
+    assert speedups({"exec_probe": [2.0, 2.0], "exec_sync_wget": [30.0, 31.0]})["speedup_median"] == \
+        {"exec_sync_wget": 15.2}
+    assert overheads({"base": summary(0.3), "other": summary(0.7, 1.0)})["overhead_ms"] == \
+        {"median": 0.4, "p90": 0.4, "p99": 0.7}
+    assert failures({"successful": 600.0, "failed": 1.0, "unknown": 2.0}) == 3
