@@ -75,18 +75,23 @@ def timed(call: Call) -> float:
     return (time.perf_counter_ns() - begin) / 1e6
 
 
-def interleaved(calls: dict[str, Call], count: int, warmup: int = 0) -> dict[str, list[float]]:
-    """Milliseconds of `count` calls of each path, taken in turns after a warm-up. Each turn starts one path
-    further (a b c, b c a, c a b, ...): no path always runs right after the same other one."""
+def interleaved(calls: dict[str, Call], count: int, warmup: int = 0, block: int = 1) -> dict[str, list[float]]:
+    """Milliseconds of `count` calls of each path, taken in turns of `block` calls after a warm-up. Each turn
+    starts one path further (a b c, b c a, c a b, ...): no path always runs right after the same other one.
+
+    block > 1 is for paths whose cost lingers after they return (an ExecSync leaves containerd and runc
+    reaping the exec for milliseconds): one call in `block` follows another path, so each path's median is
+    its own cost, while slow drift of the machine still hits every path alike."""
     for call in calls.values():
         for _ in range(warmup):
             call()
     names = list(calls)
     out: dict[str, list[float]] = {name: [] for name in names}
-    for turn in range(count):
+    for turn in range(-(-count // block)):
         for i in range(len(names)):
             name = names[(turn + i) % len(names)]
-            out[name].append(timed(calls[name]))
+            for _ in range(min(block, count - len(out[name]))):
+                out[name].append(timed(calls[name]))
     return out
 
 
