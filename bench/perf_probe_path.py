@@ -40,7 +40,6 @@ import json
 import os
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -49,7 +48,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("http", "tcp", "grpc")
 POD_IPV4 = "198.18.0.2"
-_LINGER_RST = struct.pack("ii", 1, 0)
 
 
 def _use_tree(tree: str | None) -> None:
@@ -60,31 +58,10 @@ def _use_tree(tree: str | None) -> None:
 # --- the floor: plain asyncio, what any probe must at least do ------------------------------------
 
 
-async def _floor_connect(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    await asyncio.get_running_loop().sock_connect(sock, (host, port))
-    return sock
-
-
-async def floor_http(host: str, port: int, request: bytes) -> None:
-    loop = asyncio.get_running_loop()
-    sock = await _floor_connect(host, port)
-    try:
-        await loop.sock_sendall(sock, request)
-        response = b""
-        while chunk := await loop.sock_recv(sock, 65536):
-            response += chunk
-    finally:
-        sock.close()
-    if not response.startswith(b"HTTP/1.1 200 "):
-        raise RuntimeError(f"floor: unexpected response {response[:40]!r}")
-
-
-async def floor_tcp(host: str, port: int) -> None:
-    (await _floor_connect(host, port)).close()
+# The same floor as the suite's latency scenario (bench/floor.py), always from this checkout: appended
+# to sys.path, so a measured --tree still wins for probe_worker.
+sys.path.append(str(REPO_ROOT))
+from bench.floor import http_once as floor_http, tcp_once as floor_tcp  # noqa: E402
 
 
 # --- latency: runs inside the netns ---------------------------------------------------------------
