@@ -156,13 +156,14 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         _restrict_socket(config.socket_path, gid)
         await registry.restore()
         await server.start()
-        for name in ("", PROBE_SERVICE):
-            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if config.metrics_listen:
             metrics.count_watchers_with(lambda: board.watcher_count)
             metrics_server = await metrics.serve(config.metrics_listen)
             if warning := metrics_exposure_warning(config.metrics_listen):
                 log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})
+        # SERVING last: a client that saw it can count on every endpoint, /metrics included.
+        for name in ("", PROBE_SERVICE):
+            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
         log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
                                    "instance_id": board.instance_id, "state_dir": config.state_dir})
