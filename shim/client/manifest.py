@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import yaml
@@ -82,8 +83,8 @@ class ManifestResult:
     skipped: list[str] = field(default_factory=list)
 
 
-class _Invalid(Exception):
-    """One manifest error; the probe (or object) it is in is not registered."""
+class InvalidField(Exception):
+    """One manifest error, naming its path; the probe (or object) it is in is not registered."""
 
 
 def probes_from_manifest(text: str) -> ManifestResult:
@@ -147,7 +148,7 @@ def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestRes
             container_path = f"{path}.{group}[{index}]"
             try:
                 name, ports = _container_identity(container, container_path)
-            except _Invalid as exc:
+            except InvalidField as exc:
                 result.errors.append(str(exc))
                 continue
             if name in names:
@@ -170,18 +171,18 @@ def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestRes
 
 def _container_identity(container: object, path: str) -> tuple[str, tuple[spec_pb.ContainerPort, ...]]:
     if not isinstance(container, dict):
-        raise _Invalid(f"{path}: Invalid value: {_shown(container)}: must be a container (a mapping)")
+        raise InvalidField(f"{path}: Invalid value: {_shown(container)}: must be a container (a mapping)")
     name = container.get("name")
     if not isinstance(name, str) or not name:
-        raise _Invalid(f"{path}.name: Required value")
+        raise InvalidField(f"{path}.name: Required value")
     raw_ports = container.get("ports") or []
     if not isinstance(raw_ports, list):
-        raise _Invalid(f"{path}.ports: Invalid value: {_shown(raw_ports)}: must be a list")
+        raise InvalidField(f"{path}.ports: Invalid value: {_shown(raw_ports)}: must be a list")
     ports = []
     for index, port in enumerate(raw_ports):
         port_path = f"{path}.ports[{index}]"
         if not isinstance(port, dict):
-            raise _Invalid(f"{port_path}: Invalid value: {_shown(port)}: must be a mapping")
+            raise InvalidField(f"{port_path}: Invalid value: {_shown(port)}: must be a mapping")
         number = _integer(port.get("containerPort"), f"{port_path}.containerPort", bits=32, required=True)
         ports.append(spec_pb.ContainerPort(
             name=_string(port.get("name"), f"{port_path}.name"), container_port=number,
@@ -195,7 +196,7 @@ def _read_probe(probe: object, path: str, probe_type: int, container_name: str,
                 ports: tuple[spec_pb.ContainerPort, ...], pod_name: str, result: ManifestResult) -> None:
     try:
         spec = _probe_spec(probe, path, ports)
-    except _Invalid as exc:
+    except InvalidField as exc:
         result.errors.append(str(exc))
         return
     handlers = [name for name in ("exec", "http_get", "tcp_socket", "grpc") if spec.HasField(name)]
@@ -204,7 +205,7 @@ def _read_probe(probe: object, path: str, probe_type: int, container_name: str,
         return
     # validate_probe refuses exec (the shim cannot run it); the Kubernetes API accepts it, and a lone exec
     # handler was skipped above, so that refusal is not this manifest's error.
-    errors = [_kubernetes_path(error, path) for error in validate_probe(probe_type, spec, root=path)
+    errors = [kubernetes_error(error, path) for error in validate_probe(probe_type, spec, root=path)
               if not error.startswith(f"{path}.exec: Unsupported value")]
     if errors:
         result.errors.extend(errors)
@@ -215,24 +216,7 @@ def _read_probe(probe: object, path: str, probe_type: int, container_name: str,
 
 def _probe_spec(probe: object, path: str, ports: tuple[spec_pb.ContainerPort, ...]) -> spec_pb.ProbeSpec:
     body = _mapping(probe, path, _PROBE_KEYS)
-    spec = spec_pb.ProbeSpec()
-    if body.get("httpGet") is not None:
-        spec.http_get.CopyFrom(_http_get(body["httpGet"], f"{path}.httpGet", ports))
-    if body.get("tcpSocket") is not None:
-        action = _mapping(body["tcpSocket"], f"{path}.tcpSocket", _HANDLER_KEYS["tcpSocket"])
-        spec.tcp_socket.port.CopyFrom(_port(action.get("port"), f"{path}.tcpSocket.port", ports))
-        spec.tcp_socket.host = _string(action.get("host"), f"{path}.tcpSocket.host")
-    if body.get("grpc") is not None:
-        action = _mapping(body["grpc"], f"{path}.grpc", _HANDLER_KEYS["grpc"])
-        spec.grpc.port = _integer(action.get("port"), f"{path}.grpc.port", bits=32, required=True)
-        if action.get("service") is not None:
-            spec.grpc.service = _string(action["service"], f"{path}.grpc.service")
-    if body.get("exec") is not None:
-        action = _mapping(body["exec"], f"{path}.exec", _HANDLER_KEYS["exec"])
-        command = action.get("command") or []
-        if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
-            raise _Invalid(f"{path}.exec.command: Invalid value: {_shown(command)}: must be a list of strings")
-        spec.exec.command.extend(command)
+    spec = handler_spec({key: body[key] for key in _HANDLER_KEYS if key in body}, path, ports)
     for k8s_name, (proto_name, per_unit, bits) in _TIMING.items():
         value = body.get(k8s_name)
         if value is not None:
@@ -240,11 +224,42 @@ def _probe_spec(probe: object, path: str, ports: tuple[spec_pb.ContainerPort, ..
     return spec
 
 
-def _http_get(action: object, path: str, ports: tuple[spec_pb.ContainerPort, ...]) -> spec_pb.HTTPGetAction:
+def handler_spec(body: dict, path: str, ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.ProbeSpec:
+    """The handler fields of a core/v1 Probe or LifecycleHandler (`httpGet`, `tcpSocket`, `grpc`, `exec`) ->
+    a ProbeSpec holding only them. `path` is where `body` sits ("" for the top); raises InvalidField."""
+    spec = spec_pb.ProbeSpec()
+    if body.get("httpGet") is not None:
+        spec.http_get.CopyFrom(_http_get(body["httpGet"], _join(path, "httpGet"), ports))
+    if body.get("tcpSocket") is not None:
+        where = _join(path, "tcpSocket")
+        action = _mapping(body["tcpSocket"], where, _HANDLER_KEYS["tcpSocket"])
+        spec.tcp_socket.port.CopyFrom(_port(action.get("port"), f"{where}.port", ports))
+        spec.tcp_socket.host = _string(action.get("host"), f"{where}.host")
+    if body.get("grpc") is not None:
+        where = _join(path, "grpc")
+        action = _mapping(body["grpc"], where, _HANDLER_KEYS["grpc"])
+        spec.grpc.port = _integer(action.get("port"), f"{where}.port", bits=32, required=True)
+        if action.get("service") is not None:
+            spec.grpc.service = _string(action["service"], f"{where}.service")
+    if body.get("exec") is not None:
+        where = _join(path, "exec")
+        action = _mapping(body["exec"], where, _HANDLER_KEYS["exec"])
+        command = action.get("command") or []
+        if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
+            raise InvalidField(f"{where}.command: Invalid value: {_shown(command)}: must be a list of strings")
+        spec.exec.command.extend(command)
+    return spec
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _http_get(action: object, path: str, ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.HTTPGetAction:
     body = _mapping(action, path, _HANDLER_KEYS["httpGet"])
     scheme = body.get("scheme")
     if scheme is not None and scheme not in _SCHEMES:
-        raise _Invalid(f"{path}.scheme: Unsupported value: {_shown(scheme)}: "
+        raise InvalidField(f"{path}.scheme: Unsupported value: {_shown(scheme)}: "
                        f"supported values: {', '.join(go_quote(s) for s in _SCHEMES)}")
     out = spec_pb.HTTPGetAction(
         path=_string(body.get("path"), f"{path}.path") or "/",  # SetDefaults_HTTPGetAction
@@ -253,7 +268,7 @@ def _http_get(action: object, path: str, ports: tuple[spec_pb.ContainerPort, ...
         scheme=_SCHEMES.get(scheme, spec_pb.HTTP))
     headers = body.get("httpHeaders") or []
     if not isinstance(headers, list):
-        raise _Invalid(f"{path}.httpHeaders: Invalid value: {_shown(headers)}: must be a list")
+        raise InvalidField(f"{path}.httpHeaders: Invalid value: {_shown(headers)}: must be a list")
     for index, header in enumerate(headers):
         header_path = f"{path}.httpHeaders[{index}]"
         entry = _mapping(header, header_path, {"name", "value"})
@@ -262,30 +277,30 @@ def _http_get(action: object, path: str, ports: tuple[spec_pb.ContainerPort, ...
     return out
 
 
-def _port(value: object, path: str, ports: tuple[spec_pb.ContainerPort, ...]) -> spec_pb.PortRef:
+def _port(value: object, path: str, ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.PortRef:
     """IntOrString. A name must be one of the container's ports (the kubelet would fail every attempt)."""
     if value is None:
         return spec_pb.PortRef()  # validation reports it as required
     if isinstance(value, str):
         # An invalid name ("8080" as a string, "Web") is left to validation, which says what is wrong with it.
         if not port_name_errors(value) and value not in {port.name for port in ports}:
-            raise _Invalid(f"{path}: unknown named port {go_quote(value)}")
+            raise InvalidField(f"{path}: unknown named port {go_quote(value)}")
         return spec_pb.PortRef(name=value)
     if isinstance(value, int) and not isinstance(value, bool):
         if not 0 <= value < 2**31:
-            raise _Invalid(f"{path}: Invalid value: {value}: must be between 1 and 65535, inclusive")
+            raise InvalidField(f"{path}: Invalid value: {value}: must be between 1 and 65535, inclusive")
         return spec_pb.PortRef(number=value)
-    raise _Invalid(f"{path}: Invalid value: {_shown(value)}: must be a port number or a port name")
+    raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a port number or a port name")
 
 
 # --- scalar checks ---------------------------------------------------------------------------------------------
 
 def _mapping(value: object, path: str, known: set[str]) -> dict:
     if not isinstance(value, dict):
-        raise _Invalid(f"{path}: Invalid value: {_shown(value)}: must be a mapping")
+        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a mapping")
     unknown = sorted(str(key) for key in value if key not in known)
     if unknown:
-        raise _Invalid(f"{path}: unknown field {go_quote(unknown[0])}")
+        raise InvalidField(f"{path}: unknown field {go_quote(unknown[0])}")
     return value
 
 
@@ -293,7 +308,7 @@ def _string(value: object, path: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise _Invalid(f"{path}: Invalid value: {_shown(value)}: must be a string")
+        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a string")
     return value
 
 
@@ -301,17 +316,17 @@ def _integer(value: object, path: str, *, bits: int, required: bool = False) -> 
     if value is None and not required:
         return 0
     if value is None:
-        raise _Invalid(f"{path}: Required value")
+        raise InvalidField(f"{path}: Required value")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _Invalid(f"{path}: Invalid value: {_shown(value)}: must be an integer")
+        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be an integer")
     if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-        raise _Invalid(f"{path}: Invalid value: {value}: must fit in a {bits}-bit integer")
+        raise InvalidField(f"{path}: Invalid value: {value}: must fit in a {bits}-bit integer")
     return value
 
 
 # --- messages ----------------------------------------------------------------------------------------------------
 
-def _kubernetes_path(error: str, root: str) -> str:
+def kubernetes_error(error: str, root: str) -> str:
     """`<root>.http_get.port: ...` -> `<root>.httpGet.port: ...`; a *_ms field's value back in seconds."""
     if not error.startswith(root):
         return error
