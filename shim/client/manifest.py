@@ -33,7 +33,7 @@ PROBE_FIELDS = (("livenessProbe", spec_pb.LIVENESS), ("readinessProbe", spec_pb.
 EXEC_NOTE = "exec probes are run by the kubelet, not by probectl"
 
 # Where the pod spec sits in each kind, as a path of keys from the object.
-_POD_SPEC_PATHS = {
+POD_SPEC_PATHS = {
     "Pod": ("spec",),
     "PodTemplate": ("template", "spec"),
     **{kind: ("spec", "template", "spec") for kind in
@@ -116,7 +116,7 @@ def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
     if not isinstance(kind, str) or not kind:
         result.errors.append(f"{prefix}kind: Required value: expected Pod, a List of Pods or a workload")
         return
-    if kind.endswith("List") and kind not in _POD_SPEC_PATHS:
+    if kind.endswith("List") and kind not in POD_SPEC_PATHS:
         items = obj.get("items")
         if not isinstance(items, list):
             result.errors.append(f"{prefix}items: Invalid value: {_shown(items)}: must be a list")
@@ -124,11 +124,11 @@ def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
         for index, item in enumerate(items):
             _read_object(item, f"{prefix}items[{index}].", result)
         return
-    if kind not in _POD_SPEC_PATHS:
+    if kind not in POD_SPEC_PATHS:
         result.skipped.append(f"{where}: {kind} {go_quote(_name(obj))} has no pod spec")
         return
     path, pod_spec = prefix.rstrip("."), obj
-    for key in _POD_SPEC_PATHS[kind]:
+    for key in POD_SPEC_PATHS[kind]:
         path = f"{path}.{key}" if path else key
         pod_spec = pod_spec.get(key) if isinstance(pod_spec, dict) else None
         if not isinstance(pod_spec, dict):
