@@ -70,10 +70,14 @@ class RemoveProbe(_message.Message):
     def __init__(self, probe_id: _Optional[str] = ...) -> None: ...
 
 class RunOnce(_message.Message):
-    __slots__ = ("probe",)
+    __slots__ = ("probe", "max_tries", "lifecycle_hook")
     PROBE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRIES_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_HOOK_FIELD_NUMBER: _ClassVar[int]
     probe: ProbeRegistration
-    def __init__(self, probe: _Optional[_Union[ProbeRegistration, _Mapping]] = ...) -> None: ...
+    max_tries: int
+    lifecycle_hook: bool
+    def __init__(self, probe: _Optional[_Union[ProbeRegistration, _Mapping]] = ..., max_tries: _Optional[int] = ..., lifecycle_hook: _Optional[bool] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_ns", "probes")
