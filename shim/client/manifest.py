@@ -93,7 +93,7 @@ def probes_from_manifest(text: str) -> ManifestResult:
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
-        result.errors.append(f"not valid YAML or JSON: {_yaml_problem(exc)}")
+        result.errors.append(f"not valid YAML or JSON: {yaml_problem(exc)}")
         return result
     if not documents:
         result.errors.append("the manifest has no objects")
@@ -376,7 +376,7 @@ def _json_kind(value: object) -> str:
     return f"{_shown(value)}"
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     if mark is not None:
