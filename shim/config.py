@@ -41,6 +41,9 @@ class Config:
     worker_uid: int = 65534
     worker_gid: int = 65534
     heartbeat_timeout_s: float = 5.0
+    # The kubelet bridge's bound on a lifecycle hook (the kubelet sends hooks' ExecSync without a timeout and puts
+    # none on its own HTTP hooks; a preStop hook is cut by the pod's termination grace period anyway).
+    hook_timeout_s: float = 300.0
     # Group of the API socket (mode 0660): its owner and this group's members may call the
     # API, which can make the node probe any pod. A group name or a numeric gid; "" keeps
     # the daemon's own group (root's, under systemd).
@@ -53,6 +56,8 @@ class Config:
             raise ConfigError(f"trace_exporter: must be none, console or otlp, not {self.trace_exporter!r}")
         if self.reconcile_interval_s <= 0:
             raise ConfigError("reconcile_interval_s: must be greater than 0")
+        if not 0 < self.hook_timeout_s <= 3600:
+            raise ConfigError("hook_timeout_s: must be more than 0 and at most 3600")
         if self.max_probes_per_sandbox < 1 or self.max_probes_total < 1:
             raise ConfigError("max_probes_per_sandbox and max_probes_total: must be at least 1")
         if not self.listen.startswith("unix://"):

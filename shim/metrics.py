@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.scheduling import LATE_AFTER_NS
+from shim.bridge.command import ROLES as BRIDGE_ROLES
 from shim.config import ConfigError
 
 # probeType.String() in prober_manager.go.
@@ -103,6 +104,13 @@ class ShimMetrics:
             "the kubelet's ticker drops them the same way.",
             _DURATION_LABELS, registry=self.registry,
         )
+        # The kubelet bridge: every marker ExecSync by role and answer (an exit code, or a gRPC status name).
+        # Low cardinality on purpose: the per-pod story is in prober_probe_total and the spans.
+        self._bridged = Counter(
+            "probe_shim_bridged_execs_total",
+            "Marker ExecSync calls the kubelet bridge answered, by role and answer (exit code or gRPC status).",
+            ("role", "answer"), registry=self.registry,
+        )
         # The labelled series of each probe, found with one dict lookup per attempt instead of
         # prometheus_client's label validation and locking; forget_probe drops them with the series.
         self._attempt_series: dict[tuple, _ProbeSeries] = {}
@@ -152,6 +160,10 @@ class ShimMetrics:
         histogram_key = (type_label, container, pod, namespace)
         for key in [k for k in self._attempt_series if (k[0], *k[2:5]) == histogram_key]:
             del self._attempt_series[key]
+
+    def observe_bridged(self, role: str, answer: str) -> None:
+        # An unknown role is a caller's typo, not a new series per typo.
+        self._bridged.labels(role if role in BRIDGE_ROLES else "invalid", answer).inc()
 
     def set_workers(self, n: int) -> None:
         self._workers.set(n)

@@ -234,7 +234,7 @@ class ProbeRegistry:
         for sid in sorted(sandbox_ids):
             if sid in gone:
                 await self._drop_gone_sandbox(sid, gone[sid])
-            elif sid not in running and sid not in self._stopped:
+            elif sid not in running and sid not in self._stopped and self._registered_of(sid):
                 await self._resume_sandbox(sid)
 
     def _worker_netns(self, sandbox_id: str) -> int:
@@ -290,7 +290,7 @@ class ProbeRegistry:
             return  # stopped while we asked the runtime: the runtime's READY was stale
         self._sandbox_info[sandbox_id] = sandbox
         # Jittered start, as the kubelet does after its own restart: no thundering herd.
-        await self._start(sandbox, self._probes_of(sandbox_id), start_now=False)
+        await self._start(sandbox, self._registered_of(sandbox_id), start_now=False)
 
     # --- worker events -----------------------------------------------------------------
 
@@ -351,13 +351,23 @@ class ProbeRegistry:
     # --- internals ------------------------------------------------------------------------
 
     def _probes_of(self, sandbox_id: str) -> list[service_pb.Probe]:
+        """Every row of the sandbox: registered probes and the kubelet bridge's handlers."""
         return self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id))
+
+    def _registered_of(self, sandbox_id: str) -> list[service_pb.Probe]:
+        """The sandbox's registered probes: the ones its worker runs on a schedule and the limits count."""
+        return [p for p in self._probes_of(sandbox_id) if not p.HasField("bridged")]
+
+    def note_sandbox(self, sandbox: SandboxInfo) -> None:
+        """The kubelet bridge shows a handler of this sandbox: its pod identity labels the handler's metrics,
+        which are dropped with the sandbox's rows like a registered probe's."""
+        self._sandbox_info[sandbox.id] = sandbox
 
     def _check_limits(self, sandbox_id: str) -> None:
         total = len(self._board)
         if total >= self._config.max_probes_total:
             raise LimitExceeded(f"the daemon already runs {total} probes (max_probes_total)")
-        in_sandbox = len(self._probes_of(sandbox_id))
+        in_sandbox = len(self._registered_of(sandbox_id))
         if in_sandbox >= self._config.max_probes_per_sandbox:
             raise LimitExceeded(f"sandbox {sandbox_id} already has {in_sandbox} probes (max_probes_per_sandbox)")
 

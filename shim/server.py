@@ -25,6 +25,8 @@ from grpc_reflection.v1alpha import reflection
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from shim.api import ProbeServicer
+from shim.bridge.containers import CriContainers
+from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.metrics import ShimMetrics
@@ -146,7 +148,17 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         [PROBE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
     if upstream is not None:
-        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, registry.sandbox_event)])
+        bridge = KubeletBridge(
+            containers=CriContainers(upstream), sandboxes=sandboxes, supervisor=supervisor, board=board,
+            tracer=tracer, metrics=metrics, registry=registry, allow_host_field=config.allow_host_field,
+            hook_timeout_s=config.hook_timeout_s,
+        )
+
+        async def on_sandbox_event(kind: str, sandbox_id: str) -> None:
+            bridge.forget_sandbox(sandbox_id)
+            await registry.sandbox_event(kind, sandbox_id)
+
+        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, on_sandbox_event, exec_bridge=bridge)])
 
     metrics_server = None
     tasks: list[asyncio.Task] = []

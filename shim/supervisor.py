@@ -271,6 +271,7 @@ class _Sandbox:
     task: asyncio.Task[None] | None = None
     inflight: int = 0  # run_once calls: the worker must outlive them even with no probe
     pinned: bool = False  # ensure()d: kept with no probe until its last probe is removed
+    kept_warm: bool = False  # the kubelet bridge probes here: kept until the sandbox stops
 
 
 @dataclass
@@ -385,21 +386,28 @@ class WorkerSupervisor:
                 pass  # dead or hung: the next worker will not get it back
         await self._stop_if_idle(sb)
 
-    async def run_once(self, target: SandboxTarget, reg: worker_pb.ProbeRegistration, timeout_s: float) -> spec_pb.Attempt:
-        """One attempt now in the sandbox (spawning a worker for it if needed)."""
+    async def run_once(self, target: SandboxTarget, reg: worker_pb.ProbeRegistration, timeout_s: float, *,
+                       keep_warm: bool = False, max_tries: int = 0, lifecycle_hook: bool = False) -> spec_pb.Attempt:
+        """One attempt now in the sandbox (spawning a worker for it if needed).
+
+        keep_warm keeps the worker up after the attempt, even with no probe registered, until the sandbox stops:
+        the kubelet bridge calls again every period, and a worker spawned per call would cost more than the
+        attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
         errors = validate_registration(reg, require_id=False)
         if errors:
             raise WorkerRejected(errors)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         sb = self._sandbox(target)
+        sb.kept_warm = sb.kept_warm or keep_warm
         sb.inflight += 1
         try:
             if sb.status.state not in _RUN_ONCE_READY:  # a warm worker needs no wait, nor a task to wait in
                 await self._wait_until(sb, lambda: sb.status.state in _RUN_ONCE_READY, deadline - loop.time())
             if sb.conn is None:
                 raise WorkerUnavailable(self._unavailable(sb))
-            reply = await sb.conn.request(max(0.0, deadline - loop.time()), run_once=worker_pb.RunOnce(probe=reg))
+            run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
+            reply = await sb.conn.request(max(0.0, deadline - loop.time()), run_once=run)
             if reply.WhichOneof("msg") == "rejected":
                 raise WorkerRejected(list(reply.rejected.errors))
             return reply.attempt.attempt
@@ -463,7 +471,7 @@ class WorkerSupervisor:
         return sb
 
     async def _stop_if_idle(self, sb: _Sandbox) -> None:
-        if not sb.pinned and not sb.regs and sb.inflight == 0 and self._sandboxes.get(sb.target.sandbox_id) is sb:
+        if not (sb.pinned or sb.kept_warm or sb.regs or sb.inflight) and self._sandboxes.get(sb.target.sandbox_id) is sb:
             await self.stop_sandbox(sb.target.sandbox_id)
 
     def _set(self, sb: _Sandbox, state: int, **fields) -> None:

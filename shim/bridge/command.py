@@ -32,6 +32,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.gostrings import go_quote
 from probe_worker.validation import validate_probe
@@ -77,8 +80,25 @@ class BridgedCall:
         return PROBE_ROLES.get(self.role, spec_pb.READINESS)
 
 
+_MARKER_BYTES = MARKER.encode()
+
+
 def is_marker(cmd: Sequence[str]) -> bool:
     return bool(cmd) and cmd[0] == MARKER
+
+
+def marker_exec(request: bytes) -> cri_pb.ExecSyncRequest | None:
+    """The decoded ExecSyncRequest if its cmd[0] is the marker, else None.
+
+    The marker's bytes must appear in the serialized request for cmd[0] to be it, so an ordinary exec is never
+    decoded (the CRI proxy asks this of every ExecSync); an undecodable request is the runtime's to refuse."""
+    if _MARKER_BYTES not in request:
+        return None
+    try:
+        decoded = cri_pb.ExecSyncRequest.FromString(request)
+    except DecodeError:
+        return None
+    return decoded if is_marker(decoded.cmd) else None
 
 
 # --- writing (probectl convert) ---------------------------------------------------------------------------------

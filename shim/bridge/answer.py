@@ -1,0 +1,89 @@
+"""What the shim answers a marker ExecSync, so that the kubelet reads it as it reads its own network prober.
+
+The kubelet's side of an exec probe (pkg/kubelet/prober/prober.go -> kuberuntime RunInContainer -> cri-client
+ExecSync, then pkg/probe/exec): output = stdout + stderr (10 KiB at most); exit code 0 = success, any other exit
+code = failure with that output; a DeadlineExceeded status = failure "command timed out: ..."; any other error
+status = the result is thrown away (the kubelet logs "probe errored" and keeps the previous result). For a hook
+(pkg/kubelet/lifecycle/handlers.go) a non-zero exit code fails the hook with "command '...' exited with N: <stderr>".
+
+So, for an attempt the engine ran:
+| attempt / situation                                | answer                                               |
+|----------------------------------------------------|------------------------------------------------------|
+| SUCCESS or WARNING                                 | exit 0, stdout = the probe's output (e.g. the body)  |
+| FAILURE (probe)                                    | exit 1, stdout = the kubelet's own network output    |
+| FAILURE (hook)                                     | exit 1, stderr = the error, so the hook message names it |
+| UNKNOWN (the kubelet's prober would have errored)  | status UNKNOWN with the output: discarded, as before |
+| bad arguments (EXIT_BAD_ARGUMENTS)                 | exit 2, stderr = "cri-probe-shim: bad arguments: ..." |
+| the sandbox cannot be probed (EXIT_CANNOT_PROBE)   | exit 3, stderr = "cri-probe-shim: cannot probe ...: ..." |
+A WARNING (an HTTP 3xx the kubelet did not follow) becomes a plain success: an exec probe has no warning, so the
+kubelet's ProbeWarning event is not sent. That is the one result the bridge cannot carry.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+
+EXIT_SUCCESS = 0
+EXIT_FAILURE = 1
+EXIT_BAD_ARGUMENTS = 2
+EXIT_CANNOT_PROBE = 3
+PREFIX = "cri-probe-shim"
+MAX_OUTPUT_BYTES = 10 * 1024  # pkg/probe/exec maxReadLength: the kubelet keeps no more
+
+
+@dataclass(frozen=True)
+class StatusAnswer:
+    """An answer that is a gRPC status, not an ExecSyncResponse."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+Answer = cri_pb.ExecSyncResponse | StatusAnswer
+
+
+def attempt_answer(attempt: spec_pb.Attempt, *, hook: bool) -> Answer:
+    output = _bounded(attempt.output)
+    if attempt.result in (spec_pb.RESULT_SUCCESS, spec_pb.RESULT_WARNING):
+        return cri_pb.ExecSyncResponse(stdout=output, exit_code=EXIT_SUCCESS)
+    if attempt.result == spec_pb.RESULT_FAILURE:
+        if hook:
+            return cri_pb.ExecSyncResponse(stderr=output, exit_code=EXIT_FAILURE)
+        return cri_pb.ExecSyncResponse(stdout=output, exit_code=EXIT_FAILURE)
+    return StatusAnswer(grpc.StatusCode.UNKNOWN, attempt.output or "the probe could not be run")
+
+
+def bad_arguments(reason: str) -> cri_pb.ExecSyncResponse:
+    return cri_pb.ExecSyncResponse(stderr=_bounded(f"{PREFIX}: bad arguments: {reason}"),
+                                   exit_code=EXIT_BAD_ARGUMENTS)
+
+
+def cannot_probe(reason: str) -> cri_pb.ExecSyncResponse:
+    return cri_pb.ExecSyncResponse(stderr=_bounded(f"{PREFIX}: cannot probe: {reason}"), exit_code=EXIT_CANNOT_PROBE)
+
+
+def container_not_found(container_id: str) -> StatusAnswer:
+    """containerd's own answer for an unknown container, so the kubelet sees what it would without the shim."""
+    return StatusAnswer(grpc.StatusCode.NOT_FOUND,
+                        f"an error occurred when try to find container {container_id!r}: not found")
+
+
+def timed_out(timeout_s: float) -> StatusAnswer:
+    """The worker did not answer within the ExecSync timeout (plus grace): the kubelet reads DeadlineExceeded as
+    an exec probe that timed out (a failure), exactly as for a command that outlived its timeout."""
+    return StatusAnswer(grpc.StatusCode.DEADLINE_EXCEEDED, f"{PREFIX}: no answer within {timeout_s:g}s")
+
+
+def exit_code_of(answer: Answer) -> str:
+    """A label for metrics and logs: the exit code, or the status code's name."""
+    return str(answer.exit_code) if isinstance(answer, cri_pb.ExecSyncResponse) else answer.code.name
+
+
+def _bounded(text: str) -> bytes:
+    return text.encode("utf-8", "replace")[:MAX_OUTPUT_BYTES]

@@ -1,0 +1,174 @@
+"""One marker ExecSync, from the kubelet's request to its answer: the kubelet bridge's I/O.
+
+For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.py), in this order:
+1. the container -> its sandbox, name, pod identity and ports (containers.py; an unknown container is answered
+   as the runtime answers it, NOT_FOUND, so the kubelet sees what it would without the shim);
+2. the command -> a validated probe spec, with RunProbe's rules and `host` gate (bad arguments: exit 2);
+3. the sandbox -> its netns and IPs (cached like ExecProbe's; a sandbox that cannot be probed: exit 3);
+4. one attempt in the sandbox's worker (ExecProbe's path), bounded by the ExecSync timeout (hooks: the config's
+   `hook_timeout_s`), one try (the kubelet retries errors itself), hook semantics for postStart/preStop; the
+   worker stays up between calls, since the kubelet calls again every period;
+5. the attempt -> span, metrics with the pod's labels, a row on the status board (probectl ps / inspect / watch),
+   and the ExecSync answer (answer.py).
+Nothing of this is stored: the kubelet owns the handler and calls again; after a restart rows come back with the
+first call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+import grpc
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probe_worker_pb2 as worker_pb
+from shim.bridge import answer
+from shim.bridge.command import BadArguments, BridgedCall, marker_exec, parse_command
+from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
+from shim.sandbox_cache import ResolvedSandboxes
+from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
+
+log = logging.getLogger("probe_shim.bridge")
+
+# Past the probe's own timeout, how long the worker may take to answer (spawning it included) before the kubelet
+# is told the command timed out. The engine ends a probe at its timeout with the kubelet's own text.
+ANSWER_GRACE_S = 2.0
+DEFAULT_PROBE_TIMEOUT_S = 1  # what the kubelet sends when timeoutSeconds is left out (SetDefaults_Probe)
+
+_TOTAL_FIELD = {spec_pb.RESULT_SUCCESS: "success", spec_pb.RESULT_WARNING: "warning",
+                spec_pb.RESULT_FAILURE: "failure", spec_pb.RESULT_UNKNOWN: "unknown"}
+
+
+def row_id(sandbox_id: str, container_id: str, role: str) -> str:
+    """The status board id of a bridged handler: stable for its container, apart from registered probes' ids."""
+    digest = hashlib.sha256(f"bridged\0{sandbox_id}\0{container_id}\0{role}".encode()).hexdigest()
+    return f"bridged-{role.lower()}-{digest[:12]}"
+
+
+class KubeletBridge:
+    def __init__(self, *, containers: CriContainers, sandboxes: SandboxSource, supervisor, board, tracer, metrics,
+                 registry, allow_host_field: bool, hook_timeout_s: float) -> None:
+        self._containers = containers
+        self._sandboxes = ResolvedSandboxes(sandboxes)
+        self._supervisor = supervisor
+        self._board = board
+        self._tracer = tracer
+        self._metrics = metrics
+        self._registry = registry  # only told which sandboxes bridged rows live in, for their metrics' labels
+        self._allow_host = allow_host_field
+        self._hook_timeout_ms = int(hook_timeout_s * 1000)
+
+    def claim(self, request: bytes) -> cri_pb.ExecSyncRequest | None:
+        """For the CRI proxy: the ExecSync requests this bridge answers (the marker's), decoded."""
+        return marker_exec(request)
+
+    async def exec_sync(self, request: cri_pb.ExecSyncRequest, traceparent: str | None = None) -> answer.Answer:
+        role = request.cmd[1] if len(request.cmd) > 1 else ""
+        result = await self._answer(request, traceparent)
+        self._metrics.observe_bridged(role, answer.exit_code_of(result))
+        return result
+
+    def forget_sandbox(self, sandbox_id: str) -> None:
+        """From the CRI proxy, before StopPodSandbox / RemovePodSandbox reach the runtime."""
+        self._containers.forget_sandbox(sandbox_id)
+        self._sandboxes.forget(sandbox_id)
+
+    # --- one call ----------------------------------------------------------------------------------------------
+
+    async def _answer(self, request: cri_pb.ExecSyncRequest, traceparent: str | None) -> answer.Answer:
+        try:
+            container = await self._containers.resolve(request.container_id)
+        except ContainerNotFound:
+            return answer.container_not_found(request.container_id)
+        except RuntimeUnavailable as exc:
+            return answer.StatusAnswer(grpc.StatusCode.UNAVAILABLE, str(exc))
+        try:
+            call = parse_command(request.cmd, ports=container.ports, timeout_ms=self._timeout_ms(request),
+                                 allow_host=self._allow_host)
+        except BadArguments as exc:
+            log.warning("bridged exec refused: %s", exc, extra=_log_fields(container))
+            return answer.bad_arguments(str(exc))
+        try:
+            sandbox = await self._sandboxes.resolve(container.sandbox_id)
+        except (SandboxNotFound, SandboxNotReady, RuntimeUnavailable) as exc:
+            return answer.cannot_probe(str(exc))
+        budget_s = call.spec.timeout_ms / 1000 + ANSWER_GRACE_S
+        try:
+            attempt = await self._supervisor.run_once(
+                SandboxTarget(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips)),
+                worker_pb.ProbeRegistration(
+                    type=call.probe_type, spec=call.spec,
+                    container=worker_pb.ContainerRef(id=container.id, name=container.name, ports=container.ports),
+                ),
+                budget_s, keep_warm=True, max_tries=1, lifecycle_hook=call.is_hook,
+            )
+        except TimeoutError:
+            return answer.timed_out(budget_s)
+        except WorkerUnavailable as exc:
+            return answer.cannot_probe(str(exc))
+        except WorkerRejected as exc:  # validated above already: a worker of another version
+            return answer.bad_arguments(str(exc))
+        self._record(container, sandbox, call, attempt, traceparent)
+        return answer.attempt_answer(attempt, hook=call.is_hook)
+
+    def _timeout_ms(self, request: cri_pb.ExecSyncRequest) -> int:
+        """The kubelet sends the probe's timeoutSeconds, and 0 for hooks (pkg/kubelet/lifecycle passes no timeout)."""
+        if len(request.cmd) > 1 and request.cmd[1] in ("postStart", "preStop"):
+            return int(request.timeout) * 1000 if request.timeout > 0 else self._hook_timeout_ms
+        return int(request.timeout or DEFAULT_PROBE_TIMEOUT_S) * 1000
+
+    # --- visibility --------------------------------------------------------------------------------------------
+
+    def _record(self, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall, attempt: spec_pb.Attempt,
+                traceparent: str | None) -> None:
+        probe_id = row_id(sandbox.id, container.id, call.role)
+        probe_type = spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type
+        trace_id, span_id = self._tracer.record(
+            attempt, probe_id=probe_id, probe_type=probe_type, sandbox_id=sandbox.id, container_name=container.name,
+            pod_name=container.pod_name, pod_namespace=container.pod_namespace, pod_uid=container.pod_uid,
+            traceparent=traceparent, spec=call.spec,
+        )
+        if not call.is_hook:  # prober_probe_total counts probes; hooks are counted by the bridge's own counter
+            self._metrics.observe_attempt(
+                call.probe_type, attempt.result, attempt.duration_ns / 1e9, container=container.name,
+                pod=container.pod_name, namespace=container.pod_namespace, pod_uid=container.pod_uid,
+            )
+        now = time.time_ns()
+        row = self._board.peek(probe_id)
+        if row is None or row.spec != call.spec:
+            self._registry.note_sandbox(sandbox)
+            self._board.put(self._new_row(probe_id, probe_type, container, sandbox, call, now, row))
+        worker = self._supervisor.status(sandbox.id)
+
+        def apply(probe: service_pb.Probe) -> None:
+            probe.last_attempt.CopyFrom(attempt)
+            probe.last_trace_id, probe.last_span_id = trace_id, span_id
+            probe.bridged.last_exec_at = now
+            probe.worker.CopyFrom(worker)
+            field = _TOTAL_FIELD.get(attempt.result, "unknown")
+            setattr(probe.totals, field, getattr(probe.totals, field) + 1)
+
+        self._board.record_attempt(probe_id, apply)
+
+    @staticmethod
+    def _new_row(probe_id: str, probe_type: int, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall,
+                 now: int, previous: service_pb.Probe | None) -> service_pb.Probe:
+        row = service_pb.Probe(
+            probe_id=probe_id, pod_sandbox_id=sandbox.id, container_id=container.id, container_name=container.name,
+            type=probe_type, spec=call.spec, labels=dict(container.labels), container_ports=container.ports,
+            created_at=previous.created_at if previous is not None else now,
+            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=now),
+        )
+        if previous is not None:
+            row.totals.CopyFrom(previous.totals)
+        return row
+
+
+def _log_fields(container: ContainerInfo) -> dict[str, str]:
+    return {"container": container.id, "sandbox": container.sandbox_id, "pod": container.pod_name,
+            "namespace": container.pod_namespace}
