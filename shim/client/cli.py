@@ -22,7 +22,7 @@ import psutil
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client import render, specs
+from shim.client import convert, render, specs
 from shim.client.client import (
     DEFAULT_ENDPOINT, ENDPOINT_ENV, NotFoundError, ProbeShimClient, ShimError, ShimUnavailable,
 )
@@ -161,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     _output_flag(p)
     _no_trunc_flag(p)
     p.set_defaults(handler=cmd_apply)
+
+    p = commands.add_parser("convert", help="bridge a manifest's HTTP, TCP and gRPC probes and hooks to the shim "
+                                            "(exec commands the shim answers); needs no shim")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="YAML or JSON manifest, - for stdin")
+    p.add_argument("--reverse", action="store_true", help="undo a conversion: the handlers back in place of the "
+                                                          f"{convert.MARKER} commands")
+    p.add_argument("--allow-host", action="store_true",
+                   help="convert handlers that set host (the shim refuses them unless its config allows host)")
+    _output_flag(p, default="yaml", choices=convert.OUTPUTS)
+    p.set_defaults(handler=cmd_convert)
 
     p = commands.add_parser("ps", aliases=["probes"], help="list probes")
     _filter_flags(p)
@@ -366,6 +376,19 @@ def cmd_apply(args) -> int:
         _print(render.table(("PROBE ID", "CONTAINER", "TYPE", "HANDLER", "SOURCE"), rows))
     else:
         print(f"probectl: {args.filename}: no HTTP, TCP or gRPC probe to register", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_convert(args) -> int:
+    """The converted manifest on stdout, notes on stderr; with any error, nothing on stdout. No shim is called."""
+    result = convert.convert(_read_manifest(args.filename), reverse=args.reverse, allow_host=args.allow_host,
+                             output=args.output)
+    for message in result.errors or result.notes:
+        print(f"probectl: {message}", file=sys.stderr)
+    if result.errors:
+        return EXIT_ERROR
+    sys.stdout.write(result.text)
+    sys.stdout.flush()
     return EXIT_OK
 
 
