@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -54,6 +54,7 @@ CRI_TIMEOUT_S = 60.0         # one CRI call; RunPodSandbox took 0.66 s on a busy
 STOP_TIMEOUT_S = 20.0
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 HTTP_PORT, TCP_PORT = 8080, 9000
+KUBELET_CRI_TIMEOUT_S = 120  # the kubelet's --runtime-request-timeout default (2m)
 RECONCILE_INTERVAL_S = 0.5  # the shim's --reconcile-interval in the end-to-end tests
 MNT_DETACH = 2
 UNSTACKABLE_FS = ("overlay", "aufs")           # overlayfs cannot put its upper dir on these
@@ -661,11 +662,27 @@ class ContainerdEnv:
             ),
         )
 
-    def container_config(self, name: str, image: str, attempt: int = 0) -> cri_pb.ContainerConfig:
+    def container_config(self, name: str, image: str, attempt: int = 0, *,
+                         pod_config: cri_pb.PodSandboxConfig | None = None,
+                         ports: Sequence[dict] = ()) -> cri_pb.ContainerConfig:
+        """The labels and annotations the kubelet gives a container (pkg/kubelet/kuberuntime/labels.go,
+        newContainerLabels and newContainerAnnotations): the pod's identity, the container's name, its restart
+        count and, when it has any, its ports as the JSON of core/v1 ContainerPort (what the kubelet bridge
+        resolves named ports from). `ports` are such dicts, e.g. {"name": "http", "containerPort": 8080,
+        "protocol": "TCP"}."""
+        labels = {"io.kubernetes.container.name": name}
+        if pod_config is not None:
+            meta = pod_config.metadata
+            labels.update({"io.kubernetes.pod.name": meta.name, "io.kubernetes.pod.namespace": meta.namespace,
+                           "io.kubernetes.pod.uid": meta.uid})
+        annotations = {"io.kubernetes.container.restartCount": str(attempt)}
+        if ports:
+            annotations["io.kubernetes.container.ports"] = json.dumps(list(ports), separators=(",", ":"))
         return cri_pb.ContainerConfig(
             metadata=cri_pb.ContainerMetadata(name=name, attempt=attempt),
             image=cri_pb.ImageSpec(image=image),
-            labels={"io.kubernetes.container.name": name},
+            labels=labels,
+            annotations=annotations,
             log_path=f"{name}/{attempt}.log",
         )
 
@@ -754,10 +771,10 @@ class Kubelet:
         network = sandbox_network(self.cri.sandbox_status(sandbox_id))
         return Pod(sandbox_id, config, network.ip, network.netns_path, network.pid)
 
-    def start_container(self, pod: Pod, name: str, image: str, attempt: int = 0) -> str:
+    def start_container(self, pod: Pod, name: str, image: str, attempt: int = 0, ports: Sequence[dict] = ()) -> str:
+        config = self.env.container_config(name, image, attempt, pod_config=pod.config, ports=ports)
         container_id = self.cri.call("CreateContainer", cri_pb.CreateContainerRequest(
-            pod_sandbox_id=pod.id, config=self.env.container_config(name, image, attempt),
-            sandbox_config=pod.config)).container_id
+            pod_sandbox_id=pod.id, config=config, sandbox_config=pod.config)).container_id
         self.cri.call("StartContainer", cri_pb.StartContainerRequest(container_id=container_id))
         pod.containers[name] = container_id
         return container_id
@@ -767,6 +784,17 @@ class Kubelet:
 
     def remove_container(self, container_id: str) -> None:
         self.cri.call("RemoveContainer", cri_pb.RemoveContainerRequest(container_id=container_id))
+
+    def exec_sync(self, container_id: str, cmd: Sequence[str], timeout_s: int) -> cri_pb.ExecSyncResponse:
+        """ExecSync as the kubelet sends it for an exec probe (timeout = the probe's timeoutSeconds) or an exec
+        hook (timeout 0): cri-client remote_runtime.go ExecSync sets the call's deadline to its 2-minute default
+        plus the timeout, and none at all for a timeout of 0. Raises grpc.RpcError for an error status."""
+        return cri_pb.ExecSyncResponse.FromString(self.exec_sync_raw(container_id, cmd, timeout_s))
+
+    def exec_sync_raw(self, container_id: str, cmd: Sequence[str], timeout_s: int) -> bytes:
+        request = cri_pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=timeout_s)
+        deadline_s = KUBELET_CRI_TIMEOUT_S + timeout_s if timeout_s else None
+        return self.cri.raw("ExecSync", request, timeout_s=deadline_s)
 
     def stop_pod(self, pod: Pod) -> None:
         self.cri.call("StopPodSandbox", cri_pb.StopPodSandboxRequest(pod_sandbox_id=pod.id))

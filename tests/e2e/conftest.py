@@ -37,9 +37,10 @@ def make_shim(tmp_path, containerd):
     stops it at teardown, then removes whatever pod sandbox the test left (it may have failed half-way)."""
     daemons: list[DaemonProcess] = []
 
-    def start(reconcile_interval_s: float = RECONCILE_INTERVAL_S) -> DaemonProcess:
+    def start(reconcile_interval_s: float = RECONCILE_INTERVAL_S, extra_args: tuple[str, ...] = ()) -> DaemonProcess:
         daemon = DaemonProcess(tmp_path / f"shim{len(daemons)}", ["--runtime-endpoint", containerd.endpoint,
-                                                                   "--reconcile-interval", str(reconcile_interval_s)])
+                                                                   "--reconcile-interval", str(reconcile_interval_s),
+                                                                   *extra_args])
         daemon.workdir.mkdir()
         daemons.append(daemon)
         daemon.start()
