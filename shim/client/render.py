@@ -203,11 +203,24 @@ PS_HEADERS = ("PROBE ID", "POD", "CONTAINER", "TYPE", "HANDLER", "STATE", "LAST"
               "SUCCESSES/FAILURES", "AGE")
 
 
+# A kubelet bridge row's state column: the thresholded state is the kubelet's, which the shim never sees.
+BRIDGED_STATE = "kubelet"
+
+
+def role_name(probe: service_pb.Probe) -> str:
+    """The TYPE column: the probe type, or a bridged handler's role (which may be a hook: postStart, preStop)."""
+    return probe.bridged.role if probe.HasField("bridged") else type_name(probe.type)
+
+
+def probe_state(probe: service_pb.Probe) -> str:
+    return BRIDGED_STATE if probe.HasField("bridged") else state_name(probe.state)
+
+
 def probe_row(probe: service_pb.Probe, now_ns: int, no_trunc: bool = False) -> list[str]:
     return [
         truncate_id(probe.probe_id, no_trunc), truncate_id(probe.pod_sandbox_id, no_trunc),
-        probe.container_name or truncate_id(probe.container_id, no_trunc), type_name(probe.type),
-        handler_text(probe.spec), state_name(probe.state), last_result(probe), last_latency(probe),
+        probe.container_name or truncate_id(probe.container_id, no_trunc), role_name(probe),
+        handler_text(probe.spec), probe_state(probe), last_result(probe), last_latency(probe),
         successes_failures(probe), age(probe.created_at, now_ns),
     ]
 
@@ -222,14 +235,22 @@ def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> st
     container = probe.container_name
     if probe.container_id and probe.container_id != probe.container_name:
         container = f"{container} ({probe.container_id})" if container else probe.container_id
-    state = f"{state_name(probe.state)} for {age(probe.state_changed_at, now_ns)}"
-    state += f" (consecutive: {probe.consecutive_successes} successes, {probe.consecutive_failures} failures)"
-    if probe.on_hold:
-        state += ", on hold until the container restarts"
+    bridged = probe.HasField("bridged")
+    if bridged:
+        state = "held by the kubelet, which runs this handler through the kubelet bridge (ExecSync)"
+        timing = f"timeout={go_duration((spec.timeout_ms or _DEFAULT_TIMEOUT_MS) * 1_000_000)} (period and " \
+                 "thresholds are the kubelet's)"
+    else:
+        state = f"{state_name(probe.state)} for {age(probe.state_changed_at, now_ns)}"
+        state += f" (consecutive: {probe.consecutive_successes} successes, {probe.consecutive_failures} failures)"
+        if probe.on_hold:
+            state += ", on hold until the container restarts"
+        timing = timing_text(spec)
     pid = f" pid {worker.pid}" if worker.pid else ""
     pairs = [
         ("Probe ID", probe.probe_id), ("Pod", probe.pod_sandbox_id), ("Container", container or NONE),
-        ("Type", type_name(probe.type)), ("Handler", f"{handler_text(spec)} {timing_text(spec)}"),
+        ("Type", f"{role_name(probe)} (kubelet bridge)" if bridged else role_name(probe)),
+        ("Handler", f"{handler_text(spec)} {timing}"),
         ("Target", f"{spec_pb.Target.Name(spec.target).lower().replace('_', '-')}, "
                    f"{spec_pb.IPFamily.Name(spec.ip_family).lower()}"),
         ("Labels", ",".join(f"{k}={v}" for k, v in sorted(probe.labels.items())) or NONE),
@@ -426,11 +447,11 @@ def event_line(event: service_pb.WatchProbeStatusResponse, now_ns: int, no_trunc
         return fixed_row([clock(now_ns), name, f"revision {event.revision}"], widths)
     probe = event.probe
     ident = [clock(now_ns), name, truncate_id(probe.probe_id, no_trunc), truncate_id(probe.pod_sandbox_id, no_trunc),
-             probe.container_name or truncate_id(probe.container_id, no_trunc) or NONE, type_name(probe.type)]
+             probe.container_name or truncate_id(probe.container_id, no_trunc) or NONE, role_name(probe)]
     if event.type == service_pb.REMOVED:
         return fixed_row(ident, widths)
     output = one_line(probe.last_attempt.output, 60) if _has_attempt(probe) else ""
-    return fixed_row(ident + [state_name(probe.state), last_result(probe), last_latency(probe), output], widths)
+    return fixed_row(ident + [probe_state(probe), last_result(probe), last_latency(probe), output], widths)
 
 
 # --- JSON and YAML ---------------------------------------------------------------------
