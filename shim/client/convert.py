@@ -246,7 +246,7 @@ def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridg
     try:
         command = command_for(role, {key: action})
     except (TypeError, ValueError) as exc:  # a YAML value JSON has no type for (a timestamp, binary)
-        run.result.errors.append(f"{handler_path}: Invalid value: {exc}")
+        run.result.errors.append(f"{handler_path}: Invalid value: {exc}: must be JSON data (quote a YAML timestamp)")
         return 0
     errors = _shim_errors(command, role, ports)
     if errors:
