@@ -195,3 +195,18 @@ def test_bridged_attempts_are_visible_like_any_probe(containerd, make_shim):
     assert (f'prober_probe_total{{container="http",namespace="e2e",pod="bridged",pod_uid="{uid}",'
             f'probe_type="Readiness",result="failed"}} 2.0') in text
     assert 'probe_shim_bridged_execs_total{answer="1",role="readiness"} 2.0' in text
+
+
+def test_containers_created_behind_the_shim_or_before_a_restart_are_bridged(containerd, make_shim):
+    """Nothing the shim remembers is needed: the runtime knows every container."""
+    first = make_shim()
+    through_first = Kubelet(first.cri, containerd)
+    pod = through_first.run_pod("bridged")
+    before = through_first.start_container(pod, "http", containerd.images.http)
+    first.stop()
+    behind = Kubelet(containerd.cri, containerd).start_container(pod, "late", containerd.images.tcp)
+    second = Kubelet(make_shim().cri, containerd)
+    cmd = readiness({"httpGet": {"path": "/healthz", "port": HTTP_PORT}}, "--target", "loopback")
+    for container in (before, behind):
+        answer = second.exec_sync(container, cmd, PROBE_TIMEOUT_S)
+        assert answer.exit_code == 0 and answer.stdout.decode() == f"ok {containerd.images.token}\n"
