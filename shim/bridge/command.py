@@ -164,6 +164,8 @@ def _json_handler(text: str, role: str, ports: Sequence[spec_pb.ContainerPort]) 
         handler = json.loads(text)
     except ValueError as exc:
         raise BadArguments([f"handler: not valid JSON: {exc}"]) from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: no handler is like that
+        raise BadArguments(["handler: not valid JSON: nested too deeply"]) from None
     allowed = HOOK_HANDLER_KEYS if role in HOOK_ROLES else HANDLER_KEYS
     if not isinstance(handler, dict):
         raise BadArguments([f"handler: Invalid value: must be an object with one of {', '.join(allowed)}"])
