@@ -120,7 +120,7 @@ def handler_in(command: Sequence[str]) -> tuple[str, dict] | None:
         text = text.replace("$$", "$")
     try:
         handler = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(handler, dict) or len(handler) != 1 or next(iter(handler)) not in HANDLER_KEYS:
         return None
