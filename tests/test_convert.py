@@ -274,6 +274,36 @@ def test_empty_documents_are_dropped():
     assert "---" not in out and len(parsed(out)) == 1
 
 
+def test_a_probe_shared_by_yaml_alias_is_converted_for_each_of_its_roles():
+    text = pod("livenessProbe: &probe {httpGet: {path: /$x, port: 80}, periodSeconds: 3}\n"
+               "readinessProbe: *probe\nlifecycle: {preStop: {httpGet: {path: /$x, port: 80}}}\n")
+    result = convert(text)
+    assert (result.errors, result.probes, result.hooks) == ([], 2, 1)
+    out = container_of(result.text)
+    assert [out[field]["exec"]["command"][1] for field in ("livenessProbe", "readinessProbe")] == \
+        ["liveness", "readiness"]
+    assert "&" not in result.text and "*" not in result.text  # the aliases are expanded
+    assert parsed(converted(result.text, reverse=True)) == parsed(text)
+
+
+def test_yaml_aliases_that_never_end_are_refused():
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{name}: &{name} [{', '.join([f'*{previous}'] * 10)}]\n" for previous, name in zip("abcdef", "bcdefg"))
+    text = "kind: Pod\n" + laughs  # 10**7 values once expanded
+    assert convert(text).errors == [
+        f"the manifest expands to more than {len(text) + 100_000} values through its YAML aliases"]
+    assert convert("kind: Pod\nspec: &s {containers: [*s]}\n").errors == [
+        "the manifest has a YAML alias that contains itself"]
+    assert convert("kind: Pod\nspec: {containers: " + "[" * 5000 + "]" * 5000 + "}\n").errors == [
+        "the manifest is nested too deeply"]
+
+
+def test_a_null_probe_or_hook_is_unset():
+    text = pod("readinessProbe: null\nlivenessProbe: {tcpSocket: {port: 80}}\nlifecycle: {preStop: null}\n")
+    result = convert(text)
+    assert (result.errors, result.probes, result.hooks) == ([], 1, 0)
+
+
 def test_comments_are_not_kept():
     assert "# keep me" not in converted("# keep me\n" + pod("readinessProbe: {tcpSocket: {port: 80}}  # too\n"))
 
@@ -296,6 +326,12 @@ def test_reverse_leaves_a_hand_written_marker_command_with_a_note():
                              "convert did not write (the hand-written flag form?): left unchanged"),
                             f"no {MARKER} command to restore"]
     assert parsed(result.text) == parsed(text)
+
+
+def test_reverse_leaves_a_marker_command_with_other_than_strings_with_a_note():
+    text = pod(f"readinessProbe: {{exec: {{command: [{MARKER}, readiness, 8080]}}}}\n")
+    result = convert(text, reverse=True)
+    assert result.notes[0].endswith("did not write (the hand-written flag form?): left unchanged")
 
 
 def test_reverse_leaves_a_marker_command_of_another_role_with_a_note():

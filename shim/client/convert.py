@@ -25,7 +25,8 @@ probes the node's netns. Any error means no output at all, as kubectl applies no
 
 Messages name the manifest path in Kubernetes' field names (`spec.containers[0].readinessProbe.httpGet.host:
 Forbidden: ...`), prefixed `items[1].` inside a List and `documents[2].` when the text has several documents, as
-manifest.py's do. Empty documents are dropped.
+manifest.py's do. Empty documents are dropped. YAML aliases are expanded, so that a probe shared by alias is
+converted for each role it has; their expansion is bounded (billion laughs, CVE-2019-11253 in kubectl).
 
 Output: YAML (yaml.safe_dump_all, keys in their input order, block style, lines never folded, documents separated
 by `---`), or JSON: the one object, or for several documents `{"kind": "List", "apiVersion": "v1", "items": [...]}`
@@ -68,6 +69,8 @@ _PROBE_HANDLERS = ("exec", *HANDLER_KEYS)
 _HOOK_HANDLERS = ("exec", *HOOK_HANDLER_KEYS, "sleep")
 # Any valid timeout: the kubelet's timeoutSeconds stays in the probe, where the API server validates it.
 _VALIDATION_TIMEOUT_MS = 1000
+# Values that expanding YAML aliases may add to a manifest: without aliases a value takes at least a character.
+_MIN_VALUES_BUDGET = 100_000
 
 
 @dataclass
@@ -77,6 +80,10 @@ class ConvertResult:
     errors: list[str] = field(default_factory=list)
     probes: int = 0                 # probes rewritten (with reverse: restored)
     hooks: int = 0                  # lifecycle hooks rewritten (with reverse: restored)
+
+
+class _Unreadable(ValueError):
+    """The parsed text is no manifest convert can write back; the message completes "the manifest ..."."""
 
 
 @dataclass
@@ -92,9 +99,15 @@ def convert(text: str, *, reverse: bool = False, allow_host: bool = False, outpu
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
     result = ConvertResult()
     try:
-        documents = _documents(text)
+        documents = _unshared(_documents(text), budget=len(text) + _MIN_VALUES_BUDGET)
     except yaml.YAMLError as exc:
         result.errors.append(f"not valid YAML or JSON: {yaml_problem(exc)}")
+        return result
+    except _Unreadable as exc:
+        result.errors.append(f"the manifest {exc}")
+        return result
+    except RecursionError:
+        result.errors.append("the manifest is nested too deeply")
         return result
     if not documents:
         result.errors.append("the manifest has no objects")
@@ -119,6 +132,31 @@ def _documents(text: str) -> list:
         except ValueError:
             pass  # YAML in flow style, or several objects: the YAML reader says what is wrong, if anything
     return [document for document in yaml.safe_load_all(text) if document is not None]
+
+
+def _unshared(documents: list, *, budget: int) -> list:
+    """A copy in which no mapping or list is in two places. A YAML alias puts one object in several places, and
+    each place is rewritten for its own role (`livenessProbe: &probe ...`, `readinessProbe: *probe`). Raises
+    _Unreadable for an alias that contains itself, or aliases expanding past `budget` values (billion laughs)."""
+    remaining = budget
+    ancestors: set[int] = set()
+
+    def copy(value: object) -> object:
+        nonlocal remaining
+        remaining -= 1
+        if remaining < 0:
+            raise _Unreadable(f"expands to more than {budget} values through its YAML aliases")
+        if not isinstance(value, (dict, list)):
+            return value
+        if id(value) in ancestors:
+            raise _Unreadable("has a YAML alias that contains itself")
+        ancestors.add(id(value))
+        out = {key: copy(item) for key, item in value.items()} if isinstance(value, dict) else \
+            [copy(item) for item in value]
+        ancestors.discard(id(value))
+        return out
+
+    return [copy(document) for document in documents]
 
 
 def _dump(documents: list, output: str) -> str:
@@ -187,7 +225,7 @@ def _walk_pod_spec(pod_spec: dict, path: str, run: _Run) -> None:
 def _walk_container(container: dict, path: str, run: _Run) -> None:
     ports = _container_ports(container)
     for field_name, role in PROBE_FIELDS.items():
-        if field_name in container:
+        if container.get(field_name) is not None:  # null is unset, as in the API
             run.result.probes += _handler(container[field_name], f"{path}.{field_name}", role,
                                           _PROBE_HANDLERS, HANDLER_KEYS, ports, run)
     lifecycle = container.get("lifecycle")
@@ -197,7 +235,7 @@ def _walk_container(container: dict, path: str, run: _Run) -> None:
         run.result.errors.append(f"{path}.lifecycle: Invalid value: {_shown(lifecycle)}: must be a mapping")
         return
     for role in HOOK_ROLES:
-        if role in lifecycle:
+        if lifecycle.get(role) is not None:
             run.result.hooks += _handler(lifecycle[role], f"{path}.lifecycle.{role}", role,
                                          _HOOK_HANDLERS, HOOK_HANDLER_KEYS, ports, run)
 
@@ -273,7 +311,8 @@ def _restore(owner: dict, path: str, role: str, bridged_keys: Sequence[str], run
     command = action.get("command") if isinstance(action, dict) else None
     if not isinstance(command, list) or not is_marker(command):
         return 0  # a plain exec
-    found = handler_in(command) if set(action) == {"command"} else None
+    readable = set(action) == {"command"} and all(isinstance(arg, str) for arg in command)
+    found = handler_in(command) if readable else None
     if found is None:
         run.result.notes.append(f"{path}.exec.command: a {MARKER} command that probectl convert did not write "
                                 "(the hand-written flag form?): left unchanged")
