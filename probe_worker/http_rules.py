@@ -1,4 +1,4 @@
-"""Every decision of the kubelet's HTTP probe, as pure functions. No I/O.
+"""Every decision of the kubelet's HTTP probe and HTTP lifecycle hook, as pure functions. No I/O.
 
 The kubelet (pkg/probe/http, Go net/http client with DisableKeepAlives,
 DisableCompression, no proxy, Client.Timeout = probe timeout, and a CheckRedirect
@@ -9,6 +9,15 @@ that follows same-hostname redirects only) decides, and this module mirrors:
   - redirects: which are followed, with which Host and Referer (`follow_redirect`);
   - the result: status code and body to SUCCESS/WARNING/FAILURE (`response_outcome`);
   - error texts, exactly as Go prints them (`url_error` and friends).
+
+A lifecycle hook (pkg/kubelet/lifecycle/handlers.go runHTTPHandler, ConsistentHTTPGetHandlers)
+builds the same request with User-Agent kube-lifecycle/V, but sends it with the kubelet's
+insecureContainerLifecycleHTTPClient: a plain http.Transport (keep-alives on, compression on,
+so no `Connection: close` and an `Accept-Encoding: gzip`; `LIFECYCLE_TRANSPORT`), the same
+redirect checker, and no timeout of its own (the worker bounds it by the spec's timeout).
+Any response is success and its body is discarded (`hook_response_outcome`,
+`hook_discard_budget`); an HTTPS hook answered in plain HTTP is sent once more over http
+(`lifecycle_fallback`).
 probe_worker/probes/http.py only moves bytes according to these.
 """
 
@@ -155,6 +164,20 @@ class ProbeRequest:
 
 
 @dataclass(frozen=True)
+class Transport:
+    """The http.Transport settings that change the bytes a request goes out as."""
+
+    disable_keep_alives: bool
+    disable_compression: bool
+
+
+# pkg/probe/http NewWithTLSConfig: DisableKeepAlives, DisableCompression ("removes Accept-Encoding header").
+PROBE_TRANSPORT = Transport(disable_keep_alives=True, disable_compression=True)
+# kubelet.go insecureContainerLifecycleHTTPClient: &http.Transport{TLSClientConfig: ...}, Go's defaults otherwise.
+LIFECYCLE_TRANSPORT = Transport(disable_keep_alives=False, disable_compression=False)
+
+
+@dataclass(frozen=True)
 class WireRequest:
     """The request head exactly as Go's Request.write emits it."""
 
@@ -245,8 +268,12 @@ def _request_header(request: ProbeRequest) -> Header:
     return header
 
 
-def wire_request(request: ProbeRequest) -> WireRequest:
-    """Request.write + Transport extras: Host, User-Agent, sorted user headers, Connection: close."""
+def wire_request(request: ProbeRequest, transport: Transport = PROBE_TRANSPORT) -> WireRequest:
+    """Request.write: Host, User-Agent, the sorted user headers, then the transport's extra headers.
+
+    A probe ends with `Connection: close`, a lifecycle hook with `Accept-Encoding: gzip`
+    (see `transport_headers`).
+    """
     header = _request_header(request)
     host = _punycode_host_port(request.host or request.url.host)
     if any(c not in _VALID_HOST_CHARS for c in host):
@@ -262,13 +289,27 @@ def wire_request(request: ProbeRequest) -> WireRequest:
             continue
         lines.extend((key, _clean_value(value)) for value in header.values(key))
 
-    # DisableKeepAlives: the transport adds Connection: close unless the user asked
-    # for it already or is switching protocols.
-    wants_close = has_token(header.get("Connection"), "close")
-    switching = header.get("Upgrade") != "" and _values_contain_token(header.values("Connection"), "Upgrade")
-    if not wants_close and not switching:
-        lines.append(("Connection", "close"))
+    lines.extend(transport_headers(header, transport))
     return WireRequest(target=request.url.request_uri(), headers=tuple(lines))
+
+
+def transport_headers(header: Header, transport: Transport) -> list[tuple[str, str]]:
+    """persistConn.roundTrip's extraHeaders, which Request.write emits after the request's own, sorted by key.
+
+    Compression on: `Accept-Encoding: gzip` unless the request has a non-empty
+    Accept-Encoding (an empty one is sent as well, as given) or a Range. Keep-alives
+    off: `Connection: close` unless the user asked for it already or is switching
+    protocols. "Accept-Encoding" sorts before "Connection".
+    """
+    extra: list[tuple[str, str]] = []
+    if not transport.disable_compression and header.get("Accept-Encoding") == "" and header.get("Range") == "":
+        extra.append(("Accept-Encoding", "gzip"))
+    if transport.disable_keep_alives:
+        wants_close = has_token(header.get("Connection"), "close")
+        switching = header.get("Upgrade") != "" and _values_contain_token(header.values("Connection"), "Upgrade")
+        if not wants_close and not switching:
+            extra.append(("Connection", "close"))
+    return extra
 
 
 def _punycode_host_port(value: str) -> str:
@@ -308,8 +349,13 @@ class RedirectDecision:
     """What to do with a response. Neither `follow` nor `error`: it goes to the prober as is."""
 
     follow: ProbeRequest | None = None
-    error: str | None = None     # the attempt fails with this full url.Error text
+    failure: tuple[str, str] | None = None   # the url.Error the attempt fails with: (URL, its Err)
     drain: bool = False          # read up to 2 KiB of this body first (only timing depends on it)
+
+    @property
+    def error(self) -> str | None:
+        """The full url.Error text, as the kubelet prints it."""
+        return None if self.failure is None else url_error(*self.failure)
 
 
 def follow_redirect(
@@ -321,7 +367,7 @@ def follow_redirect(
         next_url = current.url.parse_reference(location)
     except URLError as exc:
         text = f"failed to parse Location header {go_quote(location)}: {exc}"
-        return RedirectDecision(error=url_error(current.url.redacted_string(), text))
+        return RedirectDecision(failure=(current.url.redacted_string(), text))
 
     # Host through redirects, Go's rule (issue 22233): a custom Host header is kept
     # only when the Location is relative (no scheme; "//host/x" counts as relative);
@@ -342,7 +388,7 @@ def follow_redirect(
         return RedirectDecision()  # http.ErrUseLastResponse: not our host, the prober gets the 3xx
     if requests_made >= MAX_REDIRECT_REQUESTS:
         # Go names the Location as written, not the resolved URL, in this one error.
-        return RedirectDecision(error=url_error(location, "stopped after 10 redirects"), drain=True)
+        return RedirectDecision(failure=(location, "stopped after 10 redirects"), drain=True)
     return RedirectDecision(follow=ProbeRequest(url=next_url, host=host, header=header), drain=True)
 
 
@@ -378,6 +424,47 @@ def response_outcome(status: int, body: bytes) -> tuple[int, str]:
         return SUCCESS, text
     # The body is never shown for failures (kubernetes issue 99425).
     return FAILURE, f"HTTP probe failed with statuscode: {status}"
+
+
+def hook_response_outcome(status: int) -> tuple[int, str]:
+    """handlers.go runHTTPHandler: a hook that got any response succeeded; status and body are ignored.
+
+    (1xx responses never get here: the transport skips them, as for probes.)
+    """
+    return SUCCESS, ""
+
+
+def hook_discard_budget(content_length: int | None, gzip: bool = False) -> int:
+    """handlers.go discardHTTPRespBody: up to 10 KiB of the body is read, and only when Content-Length <= 10 KiB.
+
+    An unknown length (-1 in Go) counts as small, and so does a gzip body: the transport
+    asked for it, so it hides the length and decompresses (the worker reads at most 10 KiB
+    of the raw bytes instead; only timing depends on it). Read errors do not matter.
+    """
+    if gzip or content_length is None or content_length <= MAX_BODY_BYTES:
+        return MAX_BODY_BYTES
+    return 0
+
+
+def lifecycle_fallback(sent: ProbeRequest, cause: str | None) -> ProbeRequest | None:
+    """handlers.go: a hook whose error says the server answered HTTPS in plain HTTP is sent once more over http.
+
+    isHTTPResponseError looks for SCHEME_MISMATCH in the url.Error's own error (`cause`),
+    whatever the scheme of the request (an https redirect hop may be the one answered in
+    plain HTTP); the retry is always a clone of the first request with scheme http and no
+    Authorization header (URL credentials still become one, as in any Client.send).
+    None: no retry.
+    """
+    if cause is None or SCHEME_MISMATCH not in cause:
+        return None
+    header = sent.header.copy()
+    header.delete("Authorization")
+    return replace(sent, url=replace(sent.url, scheme="http"), header=header)
+
+
+def fallback_wins(retry_result: int) -> bool:
+    """`if httpErr == nil { err = nil }`: only a retry that got a response replaces the first error."""
+    return retry_result == SUCCESS
 
 
 def body_error_outcome(error: str) -> tuple[int, str]:

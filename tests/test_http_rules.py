@@ -206,6 +206,71 @@ def test_credentials_in_the_url_become_basic_auth():
     assert headers["Authorization"] == "Basic dXNlcjpwYTpzcw=="  # user:pa:ss
 
 
+# --- the lifecycle hook's request head ---------------------------------------------
+# Same request (pkg/probe/http NewRequestForHTTPGetAction(..., "lifecycle")), sent by the kubelet's
+# insecureContainerLifecycleHTTPClient: a plain http.Transport, so persistConn.roundTrip adds
+# `Accept-Encoding: gzip` (DisableCompression false, no Accept-Encoding, no Range) and no
+# `Connection: close` (DisableKeepAlives false); Request.write emits those extra headers last.
+
+HOOK_UA = "kube-lifecycle/1.32"
+
+
+def hook_wire(path="/stop", headers=(), **kw):
+    req = rules.new_probe_request(kw.pop("scheme", "http"), "10.0.0.1", 8080, path, list(headers), HOOK_UA)
+    w = rules.wire_request(req, rules.LIFECYCLE_TRANSPORT)
+    return [w.request_line, *(f"{k}: {v}" for k, v in w.headers)]
+
+
+def test_hook_head_is_exactly_what_the_kubelet_lifecycle_client_sends():
+    assert hook_wire() == [
+        "GET /stop HTTP/1.1",
+        "Host: 10.0.0.1:8080",
+        "User-Agent: kube-lifecycle/1.32",
+        "Accept: */*",
+        "Accept-Encoding: gzip",
+    ]
+
+
+def test_hook_gzip_comes_after_every_user_header():
+    assert hook_wire(headers=[("x-zeta", "z"), ("Authorization", "Bearer t"), ("accept-language", "de")]) == [
+        "GET /stop HTTP/1.1",
+        "Host: 10.0.0.1:8080",
+        "User-Agent: kube-lifecycle/1.32",
+        "Accept: */*",
+        "Accept-Language: de",
+        "Authorization: Bearer t",
+        "X-Zeta: z",
+        "Accept-Encoding: gzip",
+    ]
+
+
+def test_hook_user_agent_and_accept_overrides_work_as_for_probes():
+    lines = hook_wire(headers=[("User-Agent", ""), ("Accept", "")])
+    assert lines == ["GET /stop HTTP/1.1", "Host: 10.0.0.1:8080", "Accept-Encoding: gzip"]
+    assert hook_wire(headers=[("user-agent", "mine/1")])[2] == "User-Agent: mine/1"
+
+
+def test_hook_asks_for_gzip_only_without_accept_encoding_or_range():
+    own = hook_wire(headers=[("accept-encoding", "br")])
+    assert own[-1] == "Accept-Encoding: br" and "Accept-Encoding: gzip" not in own
+    ranged = hook_wire(headers=[("Range", "bytes=0-9")])
+    assert ranged[-1] == "Range: bytes=0-9" and not any(line.startswith("Accept-Encoding") for line in ranged)
+    # req.Header.Get("Accept-Encoding") == "": an empty one is sent as given, and gzip after it.
+    assert hook_wire(headers=[("Accept-Encoding", "")])[-2:] == ["Accept-Encoding: ", "Accept-Encoding: gzip"]
+
+
+def test_hook_never_adds_connection_close():
+    assert not any(line.startswith("Connection") for line in hook_wire())
+    assert hook_wire(headers=[("Connection", "keep-alive")])[-2:] == ["Connection: keep-alive", "Accept-Encoding: gzip"]
+
+
+def test_transport_headers_of_each_client():
+    assert rules.transport_headers(Header(), rules.PROBE_TRANSPORT) == [("Connection", "close")]
+    assert rules.transport_headers(Header(), rules.LIFECYCLE_TRANSPORT) == [("Accept-Encoding", "gzip")]
+    both = rules.Transport(disable_keep_alives=True, disable_compression=False)
+    assert rules.transport_headers(Header(), both) == [("Accept-Encoding", "gzip"), ("Connection", "close")]
+
+
 # --- before dialing ----------------------------------------------------------------
 
 
@@ -301,6 +366,7 @@ def test_tenth_request_stops_with_go_error_naming_the_location_as_written():
     decision = follow("/loop", made=10)
     assert decision.follow is None and decision.drain
     assert decision.error == 'Get "/loop": stopped after 10 redirects'
+    assert decision.failure == ("/loop", "stopped after 10 redirects")  # the url.Error's URL and Err
 
 
 def test_other_host_is_checked_before_the_limit():
@@ -391,6 +457,63 @@ def test_body_is_cut_at_10240_bytes_and_decoded_leniently():
     result, output = rules.response_outcome(200, b"a" * 10239 + "é".encode())
     assert result == SUCCESS and output == "a" * 10239 + "\ufffd"
     assert rules.response_outcome(200, b"\xff")[1] == "\ufffd"
+
+
+@pytest.mark.parametrize("status", [200, 204, 301, 302, 400, 404, 500, 503, 101, 99])
+def test_any_response_is_a_successful_hook_with_no_output(status):
+    # handlers.go runHTTPHandler returns Do's error only; the status and body are never looked at.
+    assert rules.hook_response_outcome(status) == (SUCCESS, "")
+
+
+@pytest.mark.parametrize(
+    "length, gzip, budget",
+    [(None, False, 10240), (0, False, 10240), (10240, False, 10240), (10241, False, 0), (50000, True, 10240)],
+)
+def test_hook_discard_budget(length, gzip, budget):
+    # discardHTTPRespBody: `if resp.ContentLength <= maxRespBodyLength` (10 KiB; -1 when unknown or gunzipped).
+    assert rules.hook_discard_budget(length, gzip) == budget
+
+
+def test_https_hook_answered_in_plain_http_is_sent_again_over_http_without_authorization():
+    sent = rules.new_probe_request(
+        "https", "10.0.0.1", 8443, "/stop?x=1", [("Authorization", "Bearer t"), ("X-Token", "k"), ("Host", "app")],
+        HOOK_UA,
+    )
+    retry = rules.lifecycle_fallback(sent, rules.SCHEME_MISMATCH)
+    assert retry.url.string() == "http://10.0.0.1:8443/stop?x=1"
+    assert retry.host == "app"
+    assert not retry.header.has("Authorization") and retry.header.get("X-Token") == "k"
+    assert sent.header.get("Authorization") == "Bearer t"  # req.Clone: the first request is untouched
+    assert [f"{k}: {v}" for k, v in rules.wire_request(retry, rules.LIFECYCLE_TRANSPORT).headers] == [
+        "Host: app", "User-Agent: kube-lifecycle/1.32", "Accept: */*", "X-Token: k", "Accept-Encoding: gzip",
+    ]
+
+
+def test_url_credentials_still_become_basic_auth_in_the_fallback():
+    sent = ProbeRequest(url=parse("https://user:pw@10.0.0.1:8443/"), host="", header=Header({"Authorization": ["x"]}))
+    retry = rules.lifecycle_fallback(sent, rules.SCHEME_MISMATCH)
+    assert dict(rules.wire_request(retry, rules.LIFECYCLE_TRANSPORT).headers)["Authorization"] == "Basic dXNlcjpwdw=="
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [None, "EOF", "tls: first record does not look like a TLS handshake", "stopped after 10 redirects",
+     "dial tcp 10.0.0.1:8443: connect: connection refused"],
+)
+def test_no_fallback_for_other_errors(cause):
+    assert rules.lifecycle_fallback(rules.new_probe_request("https", "10.0.0.1", 8443, "/", [], HOOK_UA), cause) is None
+
+
+def test_fallback_looks_at_the_cause_whatever_the_scheme_sent():
+    # isHTTPResponseError only reads the url.Error's Err: an https redirect hop answered in plain HTTP
+    # makes the kubelet retry its first (http) request as well.
+    sent = rules.new_probe_request("http", "10.0.0.1", 8080, "/stop", [], HOOK_UA)
+    assert rules.lifecycle_fallback(sent, rules.SCHEME_MISMATCH).url.string() == "http://10.0.0.1:8080/stop"
+
+
+def test_only_a_retry_that_got_a_response_replaces_the_first_error():
+    assert rules.fallback_wins(SUCCESS)
+    assert not rules.fallback_wins(FAILURE) and not rules.fallback_wins(UNKNOWN)
 
 
 def test_body_error_is_unknown():
