@@ -7,6 +7,8 @@ Each module in probe_worker/probes/ exports
 like blackbox_exporter's ProbeFn: the kind reads its own action from the spec,
 connects through probe_worker.connect, records phases on ctx.trace, and maps
 everything (timeouts included) to an Outcome with the kubelet's exact output.
+With ctx.lifecycle_hook the kind runs the spec's handler as the kubelet runs a
+lifecycle hook's (pkg/kubelet/lifecycle/handlers.go) instead of a probe's.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class Endpoint:
 class AttemptContext:
     deadline: float                       # event-loop time by which the attempt must be over
     timeout_ns: int                       # the probe timeout, for messages such as "within 1s"
-    user_agent: str                       # "kube-probe/1.32"
+    user_agent: str                       # "kube-probe/1.32", "kube-lifecycle/1.32" for a hook
     trace: Trace = field(default_factory=Trace)
+    lifecycle_hook: bool = False          # a lifecycle hook's semantics, not a probe's
     tls: ssl.SSLContext | None = None     # shared per worker: building one costs milliseconds
     happy_eyeballs_delay: float = 0.25    # RFC 8305 "Connection Attempt Delay"
 

@@ -6,6 +6,7 @@ Start-up order matters and is the point of this module:
   3. find the pod IPs if the caller did not pass them;
   4. lower rlimits, drop groups/gid/uid, set no_new_privs, check CapEff is empty;
   5. send Ready, and only then start the event loop.
+A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
 Every module the worker needs is imported at the top of this file, so nothing
 is imported after the drop (the interpreter may live under a directory the
 unprivileged uid cannot read). The zygote (shim/zygote.py) calls run() in each
@@ -25,7 +26,7 @@ import time
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
-from probe_worker.manager import ProbeManager, validate_registration
+from probe_worker.manager import ProbeManager, validate_registration, validate_run_once
 from probe_worker.netns import NetnsError, enter_netns
 from probe_worker.pod_ips import discover_pod_ips
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
@@ -109,8 +110,10 @@ async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> Non
                 return  # the daemon is gone; the request loop sees EOF and ends the worker
             await asyncio.sleep(heartbeat_ms / 1000)
 
-    async def run_once(seq: int, reg: worker_pb.ProbeRegistration) -> None:
-        attempt = await prober.run(reg.spec, reg.container.ports)
+    async def run_once(seq: int, run: worker_pb.RunOnce) -> None:
+        reg = run.probe
+        attempt = await prober.run(reg.spec, reg.container.ports, max_tries=run.max_tries,
+                                   lifecycle_hook=run.lifecycle_hook)
         await channel.send(worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
             probe_id=reg.probe_id, attempt=attempt)))
 
@@ -123,15 +126,17 @@ async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> Non
                 break
             seq, kind = request.seq, request.WhichOneof("msg")
             if kind in ("add_probe", "run_once"):
-                reg = getattr(request, kind).probe
-                errors = validate_registration(reg, require_id=kind == "add_probe")
+                if kind == "add_probe":
+                    errors = validate_registration(request.add_probe.probe)
+                else:
+                    errors = validate_run_once(request.run_once)
                 if errors:
                     await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=errors)))
                 elif kind == "add_probe":
                     await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-                    await manager.add(reg)
+                    await manager.add(request.add_probe.probe)
                 else:
-                    spawn(run_once(seq, reg))
+                    spawn(run_once(seq, request.run_once))
             elif kind == "remove_probe":
                 manager.remove(request.remove_probe.probe_id)
                 await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))

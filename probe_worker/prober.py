@@ -3,6 +3,11 @@
 Everything that can go wrong before a connection (no handler, a named port the
 container does not have, no address of the wanted family) is an UNKNOWN result,
 which the thresholds ignore, exactly as the kubelet discards prober errors.
+
+An attempt that ended UNKNOWN is tried again at once, up to 3 tries (the kubelet's
+runProbeWithRetries), or `max_tries` when the caller says so: the kubelet bridge asks
+for one, since the kubelet retries its ExecSync itself. A lifecycle hook (the kubelet's
+handlers.go semantics, User-Agent kube-lifecycle/V) is never tried twice.
 """
 
 from __future__ import annotations
@@ -30,8 +35,16 @@ SAFETY_MARGIN_S = 0.25
 MAX_TRIES = 3
 
 
-def user_agent(version: str) -> str:
-    return f"kube-probe/{version}"
+def user_agent(version: str, purpose: str = "probe") -> str:
+    """pkg/probe/http userAgent(purpose): "kube-probe/1.32", "kube-lifecycle/1.32"."""
+    return f"kube-{purpose}/{version}"
+
+
+def tries(max_tries: int, lifecycle_hook: bool) -> int:
+    """How many times an attempt that ends UNKNOWN is run: 0 means the kubelet's 3; a hook runs once."""
+    if lifecycle_hook:
+        return 1
+    return max_tries if max_tries > 0 else MAX_TRIES
 
 
 # Distinct (spec, container ports) pairs a worker keeps plans for; a worker has a handful of probes,
@@ -71,12 +84,18 @@ class Prober:
     def __init__(self, pod_ips: Sequence[str], user_agent_version: str) -> None:
         self.pod_ips = list(pod_ips)
         self.user_agent = user_agent(user_agent_version)
+        self.hook_user_agent = user_agent(user_agent_version, "lifecycle")
         self._plans: dict[tuple[bytes, tuple[bytes, ...]], Plan] = {}
 
-    async def run(self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.Attempt:
+    async def run(
+        self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort], *,
+        max_tries: int = 0, lifecycle_hook: bool = False,
+    ) -> spec_pb.Attempt:
+        """One attempt; max_tries and lifecycle_hook are RunOnce's (the schedule uses the defaults)."""
         started_wall = time.time_ns()
         trace = Trace()
-        outcome = await self._outcome(spec, self._plan(spec, container_ports), trace)
+        plan = self._plan(spec, container_ports)
+        outcome = await self._outcome(spec, plan, trace, tries(max_tries, lifecycle_hook), lifecycle_hook)
         return spec_pb.Attempt(
             result=outcome.result,
             output=outcome.output,
@@ -99,27 +118,31 @@ class Prober:
             plan = self._plans[key] = plan_attempt(spec, container_ports, self.pod_ips)
         return plan
 
-    async def _outcome(self, spec: spec_pb.ProbeSpec, plan: Plan, trace: Trace) -> Outcome:
+    async def _outcome(
+        self, spec: spec_pb.ProbeSpec, plan: Plan, trace: Trace, max_tries: int, lifecycle_hook: bool
+    ) -> Outcome:
         if plan.unknown:
             return Outcome(UNKNOWN, plan.unknown)
         assert plan.handler is not None and plan.endpoint is not None
         # The kubelet runs a probe that ended in an error (UNKNOWN here) again at once,
         # up to 3 tries (prober.runProbeWithRetries); the server sees every try.
-        for _ in range(MAX_TRIES):
-            outcome = await self._try(plan.handler, spec, plan.endpoint, plan.timeout_ms, trace)
+        for _ in range(max_tries):
+            outcome = await self._try(plan.handler, spec, plan.endpoint, plan.timeout_ms, trace, lifecycle_hook)
             if outcome.result != UNKNOWN:
                 break
         return outcome
 
     async def _try(
-        self, handler: Handler, spec: spec_pb.ProbeSpec, endpoint: Endpoint, timeout_ms: int, trace: Trace
+        self, handler: Handler, spec: spec_pb.ProbeSpec, endpoint: Endpoint, timeout_ms: int, trace: Trace,
+        lifecycle_hook: bool,
     ) -> Outcome:
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         ctx = AttemptContext(
             deadline=deadline,
             timeout_ns=timeout_ms * 1_000_000,
-            user_agent=self.user_agent,
+            user_agent=self.hook_user_agent if lifecycle_hook else self.user_agent,
             trace=trace,
+            lifecycle_hook=lifecycle_hook,
         )
         try:
             async with asyncio.timeout_at(deadline + SAFETY_MARGIN_S):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.prober import Prober, plan_attempt
+from probe_worker.prober import Prober, plan_attempt, tries, user_agent
 
 POD_IPS = ["198.18.0.2", "fd00:5a::2"]
 
@@ -39,3 +39,14 @@ def test_the_prober_reuses_a_plan_for_the_same_content_and_not_for_changed_conte
     assert prober._plan(spec, ports).unknown == 'port "admin" not found in the container\'s ports'
     moved = prober._plan(http_spec(spec_pb.PortRef(name="web")), [spec_pb.ContainerPort(name="web", container_port=9090)])
     assert moved.endpoint.port == 9090
+
+
+def test_tries_are_the_kubelets_three_unless_asked_and_a_hook_runs_once():
+    assert [tries(n, lifecycle_hook=False) for n in (0, 1, 2, 3)] == [3, 1, 2, 3]
+    assert [tries(n, lifecycle_hook=True) for n in (0, 1, 3)] == [1, 1, 1]
+
+
+def test_user_agent_names_the_purpose():
+    # pkg/probe/http/request.go userAgent(purpose): "kube-%s/%s.%s"
+    assert user_agent("1.32") == "kube-probe/1.32"
+    assert user_agent("1.32", "lifecycle") == "kube-lifecycle/1.32"

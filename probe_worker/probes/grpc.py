@@ -27,7 +27,7 @@ import socket
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker import grpc_rules as rules
 from probe_worker import grpc_wire as wire
-from probe_worker.attempt import FAILURE, AttemptContext, Endpoint, Outcome
+from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
 from probe_worker.gostrings import errno_text, go_duration, join_host_port
 
@@ -119,7 +119,13 @@ class _Transport:
         close_quietly(self.sock)
 
 
+# core/v1 LifecycleHandler has exec, httpGet, tcpSocket and sleep: nothing the kubelet could run as a gRPC hook.
+NO_HOOK = "a lifecycle hook has no gRPC handler: it is http_get or tcp_socket"
+
+
 async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext) -> Outcome:
+    if ctx.lifecycle_hook:  # the worker rejects such a RunOnce; never dial for one that got this far
+        return Outcome(UNKNOWN, NO_HOOK)
     target = join_host_port(endpoint.host, endpoint.port)
     request = _request(target, ctx.user_agent, spec.grpc.service)
     transport, address = await _dial(endpoint, request, ctx)

@@ -1,4 +1,4 @@
-"""HTTP probe executor: moves bytes as probe_worker.http_rules decides.
+"""HTTP probe and HTTP lifecycle hook executor: moves bytes as probe_worker.http_rules decides.
 
 One attempt is one Go `client.Do`: a request, then every same-hostname redirect,
 each over a new connection (the kubelet disables keep-alives), all bounded by
@@ -6,9 +6,15 @@ ctx.deadline. Framing is h11's; TLS runs through ssl.MemoryBIO over the raw
 non-blocking socket, so there is no transport to wind down: closing is the
 socket's RST close, immediate whatever the peer does.
 
+With ctx.lifecycle_hook it is the kubelet's runHTTPHandler instead: the request
+goes out as the lifecycle client sends it (no `Connection: close`, `Accept-Encoding:
+gzip`, TLS without ALPN), any response is SUCCESS with its body discarded, and an
+HTTPS hook answered in plain HTTP is sent again once over http.
+
 Phases: connect (by connect()), tls, request, processing (until the first
 response byte), transfer (response head and body). Each followed redirect is a
-"redirect" phase holding the same children for its own hop.
+"redirect" phase holding the same children for its own hop; a hook's retry over
+http is a "fallback" phase holding its own.
 """
 
 from __future__ import annotations
@@ -34,18 +40,24 @@ from probe_worker.trace import PhaseRecord
 RECV_SIZE = 64 * 1024
 
 
-def default_tls_context() -> ssl.SSLContext:
-    """The kubelet's client TLS: InsecureSkipVerify, TLS >= 1.2 (Go's client minimum)."""
+def default_tls_context(alpn: bool = True) -> ssl.SSLContext:
+    """The kubelet's client TLS: InsecureSkipVerify, TLS >= 1.2 (Go's client minimum).
+
+    alpn=False is the lifecycle client's: a plain http.Transport given a TLSClientConfig
+    does not attempt HTTP/2, so its ClientHello offers no ALPN at all.
+    """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.set_alpn_protocols(["http/1.1"])
+    if alpn:
+        ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
 
 # Built at import: after the worker drops privileges it may not read the CA paths.
 DEFAULT_TLS = default_tls_context()
+LIFECYCLE_TLS = default_tls_context(alpn=False)
 
 
 class _StreamError(Exception):
@@ -156,6 +168,7 @@ class _Head:
     location: str | None = None
     content_length: int | None = None   # None: unknown (chunked or until close)
     framed: bool = True                  # False: h11 could not parse it; there is no body to read
+    gzip: bool = False                   # Content-Encoding: gzip
 
 
 class _Exchange:
@@ -265,6 +278,7 @@ def _head_of(response: h11.Response) -> _Head:
     location = None
     content_length = None
     chunked = False
+    gzip = False
     for name, value in response.headers:
         if name == b"location" and location is None:
             location = value.decode("utf-8", "surrogateescape")
@@ -272,7 +286,10 @@ def _head_of(response: h11.Response) -> _Head:
             content_length = int(value)
         elif name == b"transfer-encoding":
             chunked = True
-    return _Head(status=response.status_code, location=location, content_length=None if chunked else content_length)
+        elif name == b"content-encoding":
+            gzip = value.lower() == b"gzip"
+    return _Head(status=response.status_code, location=location, content_length=None if chunked else content_length,
+                 gzip=gzip)
 
 
 class _Prepared:
@@ -283,20 +300,21 @@ class _Prepared:
     a spec is built once (`_prepare`) and reused, with one retargeted copy per IP.
     """
 
-    def __init__(self, request: ProbeRequest) -> None:
+    def __init__(self, request: ProbeRequest, transport: rules.Transport) -> None:
         self.request = request
+        self.transport = transport
         self.preflight_error = rules.preflight_error(request)
         self._h11: h11.Request | h11.LocalProtocolError | None = None
         self._retargeted: dict[str, _Prepared] = {}
 
     @functools.cached_property
     def wire(self) -> rules.WireRequest:
-        return rules.wire_request(self.request)
+        return rules.wire_request(self.request, self.transport)
 
     def retarget(self, ip: str) -> "_Prepared":
         prepared = self._retargeted.get(ip)
         if prepared is None:
-            prepared = self._retargeted[ip] = _Prepared(rules.retarget(self.request, ip))
+            prepared = self._retargeted[ip] = _Prepared(rules.retarget(self.request, ip), self.transport)
         return prepared
 
     def h11_request(self) -> h11.Request:
@@ -328,11 +346,12 @@ _is_ip_literal = functools.lru_cache(maxsize=PREPARED_CACHE_SIZE)(is_ip_literal)
 
 @functools.lru_cache(maxsize=PREPARED_CACHE_SIZE)
 def _prepare(
-    scheme: str, host: str, port: int, path: str, headers: tuple[tuple[str, str], ...], user_agent: str
+    scheme: str, host: str, port: int, path: str, headers: tuple[tuple[str, str], ...], user_agent: str,
+    transport: rules.Transport,
 ) -> _Prepared | URLError:
     """The first request of every attempt of one spec; a URLError is cached like a request."""
     try:
-        return _Prepared(rules.new_probe_request(scheme, host, port, path, headers, user_agent))
+        return _Prepared(rules.new_probe_request(scheme, host, port, path, headers, user_agent), transport)
     except URLError as exc:
         return exc
 
@@ -351,17 +370,19 @@ class _Attempt:
     def __init__(self, endpoint: Endpoint, ctx: AttemptContext) -> None:
         self.endpoint = endpoint
         self.ctx = ctx
-        self.tls = ctx.tls or DEFAULT_TLS
+        self.hook = ctx.lifecycle_hook
+        self.tls = ctx.tls or (LIFECYCLE_TLS if self.hook else DEFAULT_TLS)
         self.first: ProbeRequest | None = None   # as sent; redirect rules compare against it
         self.requests_made = 0
         self.address = ""
         self.status = 0
+        self.cause: str | None = None   # when it failed: the url.Error's own error (Go's urlErr.Err)
 
     async def run(self, first: _Prepared) -> Outcome:
         hop = await self.send(first, self.ctx)
         while hop.follow is not None:
             with self.ctx.trace.sub("redirect", hop.follow.url.redacted_string()) as trace:
-                hop = await self.send(_Prepared(hop.follow), dataclasses.replace(self.ctx, trace=trace))
+                hop = await self.send(_Prepared(hop.follow, first.transport), dataclasses.replace(self.ctx, trace=trace))
         assert hop.outcome is not None
         return hop.outcome
 
@@ -369,7 +390,16 @@ class _Attempt:
         return Outcome(result, output, address=self.address, http_status_code=self.status)
 
     def fail(self, request: ProbeRequest, error: str) -> _Hop:
-        return _Hop(self.outcome(FAILURE, rules.url_error(request.url.redacted_string(), error)))
+        return self.failed(request.url.redacted_string(), error)
+
+    def failed(self, url: str, error: str) -> _Hop:
+        self.cause = error
+        return _Hop(self.outcome(FAILURE, rules.url_error(url, error)))
+
+    def response(self, status: int, body: bytes) -> _Hop:
+        if self.hook:
+            return _Hop(self.outcome(*rules.hook_response_outcome(status)))
+        return _Hop(self.outcome(*rules.response_outcome(status, body)))
 
     async def send(self, prepared: _Prepared, ctx: AttemptContext) -> _Hop:
         """One request over a new connection (Go's Client.send with DisableKeepAlives)."""
@@ -442,16 +472,20 @@ class _Attempt:
         self.status = head.status
         transfer.detail = str(head.status)
         if not head.framed:
-            return _Hop(self.outcome(*rules.response_outcome(head.status, b"")))
+            return self.response(head.status, b"")
 
         assert self.first is not None
         decision = rules.follow_redirect(request, self.first, self.requests_made, head.status, head.location)
         if decision.drain:
-            await self.drain(exchange, head, ctx)
-        if decision.error is not None:
-            return _Hop(self.outcome(FAILURE, decision.error))
+            await self.discard(exchange, rules.drain_budget(head.content_length), ctx)
+        if decision.failure is not None:
+            return self.failed(*decision.failure)
         if decision.follow is not None:
             return _Hop(follow=decision.follow)
+        if self.hook:
+            # The kubelet discards a hook's body (read errors included) before it returns.
+            await self.discard(exchange, rules.hook_discard_budget(head.content_length, head.gzip), ctx)
+            return self.response(head.status, b"")
         try:
             async with asyncio.timeout_at(ctx.deadline):
                 body = await exchange.read_body(rules.MAX_BODY_BYTES)
@@ -461,11 +495,10 @@ class _Attempt:
         except _StreamError as exc:
             transfer.error = str(exc)
             return _Hop(self.outcome(*rules.body_error_outcome(transfer.error)))
-        return _Hop(self.outcome(*rules.response_outcome(head.status, body)))
+        return self.response(head.status, body)
 
-    async def drain(self, exchange: _Exchange, head: _Head, ctx: AttemptContext) -> None:
-        """Go reads a little of a redirect's body before closing it; its errors do not matter."""
-        budget = rules.drain_budget(head.content_length)
+    async def discard(self, exchange: _Exchange, budget: int, ctx: AttemptContext) -> None:
+        """Reads up to `budget` bytes of a body nobody looks at (a redirect's, a hook's); errors do not matter."""
         if not budget:
             return
         try:
@@ -479,7 +512,27 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
     action = spec.http_get
     scheme = "https" if action.scheme == spec_pb.HTTPS else "http"
     headers = tuple((h.name, h.value) for h in action.http_headers)
-    first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent)
+    transport = rules.LIFECYCLE_TRANSPORT if ctx.lifecycle_hook else rules.PROBE_TRANSPORT
+    first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent, transport)
     if isinstance(first, URLError):
         return Outcome(UNKNOWN, f"cannot build the probe request: {first}")
-    return (await _Attempt(endpoint, ctx).run(first)).bounded()
+    attempt = _Attempt(endpoint, ctx)
+    outcome = await attempt.run(first)
+    if ctx.lifecycle_hook:
+        outcome = await _fallback(attempt, outcome)
+    return outcome.bounded()
+
+
+async def _fallback(attempt: _Attempt, outcome: Outcome) -> Outcome:
+    """handlers.go: an HTTPS hook answered in plain HTTP is sent once more over http; the first error stays
+    unless the retry gets a response. (The kubelet's LifecycleHTTPFallback event and metric are the
+    kubelet's to emit: the shim has no event recorder.)"""
+    retry = rules.lifecycle_fallback(attempt.first, attempt.cause) if attempt.first is not None else None
+    if retry is None:
+        return outcome
+    ctx = attempt.ctx
+    # The endpoint as narrowed to the pod IP that answered: the retry clones the request that was sent.
+    with ctx.trace.sub("fallback", retry.url.redacted_string()) as trace:
+        second = await _Attempt(attempt.endpoint, dataclasses.replace(ctx, trace=trace)).run(
+            _Prepared(retry, rules.LIFECYCLE_TRANSPORT))
+    return second if rules.fallback_wins(second.result) else outcome

@@ -3,6 +3,10 @@
 Success iff a connection is established within the timeout; the connection is
 closed at once and nothing is sent. A failure's output is the Go dial error,
 e.g. `dial tcp 10.0.0.1:80: connect: connection refused` or `...: i/o timeout`.
+
+A tcpSocket lifecycle hook (ctx.lifecycle_hook) means the same. The kubelet itself
+refuses one at run time ("invalid handler"); the shim gives it the obvious meaning
+of KEP-4559's LifecycleHandler v2: the hook succeeds iff the connection is made.
 """
 
 from __future__ import annotations
