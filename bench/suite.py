@@ -7,7 +7,8 @@ Scenarios, in this order (bench/<module>.py each):
   1. scale      N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s: probes/s, late/missed,
                 CPU, memory, fds, threads, state-change latency
   2. latency    one attempt per kind: engine vs raw-socket floor in the same netns
-  3. exec       ExecProbe vs CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
+  3. exec       ExecProbe and the kubelet bridge (marker ExecSync through the shim) vs
+                CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
   4. spawn      RunProbe on a new sandbox -> its first attempt
   5. proxy      unary CRI calls direct to containerd vs through the shim
   6. pressure   600 probes/s against one server for a fixed window: failures, TIME_WAIT
