@@ -4,7 +4,7 @@ procstats.py and the pure parts of the scenarios). No root, no sockets."""
 from __future__ import annotations
 
 from bench import procstats, promtext, report
-from bench.exec_compare import speedups
+from bench.exec_compare import bridge_figures, speedups
 from bench.latency import engine_vs_floor
 from bench.pressure import failures
 from bench.proxy_overhead import overheads
@@ -41,6 +41,7 @@ def scenarios() -> dict:
                   "per_extra_sandbox": {"total_pss_mib": 2.5}},
         "latency": {k: {**engine_vs_floor([0.3] * 5, [0.25] * 5), "engine_failures": 0} for k in ("http", "tcp", "grpc")},
         "exec": {"exec_sync_wget": {"skipped": "needs containerd"},
+                 "bridged_exec_sync": {"skipped": "needs containerd"},
                  **speedups({"exec_probe": [2.0], "nsenter_wget": [8.0]})},
         "spawn": {"error": "RuntimeError: boom\ntraceback"},
         "pressure": {"window_s": 60.2, "probes_per_s": 600.0, "time_wait_sockets": 0, "failures": 0},
@@ -62,11 +63,52 @@ def test_each_target_gets_a_verdict_with_what_it_was_measured_at():
     nsenter = rows["ExecProbe vs nsenter + curl subprocess (median)"]
     assert (nsenter.measured, nsenter.status) == ("4.0x faster", report.NOT_MET)
     assert nsenter.note.startswith("curl not installed: busybox wget")
+    for figure in BRIDGE_ROWS:
+        assert (rows[figure].measured, rows[figure].status, rows[figure].note) == ("-", report.SKIPPED,
+                                                                                  "needs containerd")
     spawn = rows["first attempt after RunProbe on a new sandbox (p99)"]
     assert (spawn.status, spawn.note) == (report.ERROR, "RuntimeError: boom")
     assert rows["proxy overhead per unary CRI call, Version (median)"].status == report.SKIPPED  # not run
     pressure = rows["600 probes/s against one target: failures"]
     assert (pressure.status, pressure.note) == (report.MET, "600 probes/s for 60 s; 0 TIME_WAIT sockets")
+
+
+BRIDGE_ROWS = ("kubelet bridge: marker ExecSync through the shim, median",
+               "kubelet bridge vs real exec probe (busybox wget ExecSync), median")
+
+
+def with_containerd(bridged_ms: list[float], real_ms: list[float]) -> dict:
+    """An exec scenario as with_containerd writes it: ExecProbe 1.5 ms, the engine's own attempt 0.5 ms."""
+    measured = speedups({"exec_probe": [1.5], "bridged_exec_sync": bridged_ms, "exec_sync_wget": real_ms,
+                         "nsenter_curl": [9.0]})
+    bridge = bridge_figures(measured["paths_ms"], [0.5] * 99 + [0.9])
+    bridge["board_row"] = {"probe_id": "bridged-readiness-0", "successes": 103, "failures": 0, "last_attempt_ms": 0.6}
+    return {"pod": "a containerd pod", "calls_per_path": 100, **measured, "bridge": bridge}
+
+
+def test_the_kubelet_bridge_is_measured_against_its_targets_with_its_p99():
+    rows = {r.figure: r for r in report.evaluate({"exec": with_containerd([2.0] * 99 + [6.0], [20.0] * 99 + [40.0])})}
+    bridged, versus = (rows[figure] for figure in BRIDGE_ROWS)
+    assert (bridged.measured, bridged.status) == ("2.00 ms (p99 6.00 ms)", report.MET)
+    assert bridged.note == "engine's own attempt 0.50 ms (p99 0.90); ExecProbe 1.50 ms"
+    assert (versus.measured, versus.status) == ("10.0x faster (2.00 vs 20.00 ms; p99 6.00 vs 40.00 ms)", report.MET)
+    assert versus.note == bridged.note
+
+
+def test_a_slow_kubelet_bridge_misses_both_targets():
+    rows = {r.figure: r for r in report.evaluate({"exec": with_containerd([2.6], [20.0])})}
+    bridged, versus = (rows[figure] for figure in BRIDGE_ROWS)
+    assert (bridged.measured, bridged.status) == ("2.60 ms (p99 2.60 ms)", report.NOT_MET)
+    assert (versus.measured, versus.status) == ("7.7x faster (2.60 vs 20.00 ms; p99 2.60 vs 20.00 ms)",
+                                                report.NOT_MET)
+
+
+def test_a_run_without_the_bridged_path_says_its_figure_is_missing():
+    exec_ = with_containerd([2.0], [20.0])
+    del exec_["paths_ms"]["bridged_exec_sync"], exec_["bridge"]  # a results.json from before the bridge
+    rows = {r.figure: r for r in report.evaluate({"exec": exec_})}
+    assert [rows[figure].status for figure in BRIDGE_ROWS] == [report.ERROR, report.ERROR]
+    assert rows["ExecProbe vs CRI ExecSync exec probe (median)"].measured == "13.3x faster"  # the others still read
 
 
 def test_a_smaller_scale_says_so():
@@ -82,7 +124,7 @@ def test_tables_line_up():
     text = report.table(["a", "long header"], [["xxxxx", "1"], ["y", "22"]])
     assert text.splitlines() == ["a      long header", "-----  -----------", "xxxxx  1", "y      22"]
     rendered = report.targets_table(report.evaluate(scenarios()))
-    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 13
+    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 15
 
 
 def test_details_render_what_was_measured():
@@ -94,8 +136,14 @@ def test_details_render_what_was_measured():
     s["pressure"] = {"probes": 60, "period_ms": 100, "window_s": 10.0, "probes_per_s": 600.0, "failures": 0,
                      "results": {"successful": 6000}, "http_requests_served": 6000, "time_wait_sockets": 0,
                      "late": 0, "ticks_missed": 0, "cpu_percent_daemon_and_workers": 48.0}
+    s["exec"] = with_containerd([2.0], [20.0])
     text = report.details(s)
     assert "per-attempt latency, 5 per kind (ms)" in text and "CRI proxy, 10 calls per path (ms)" in text
+    assert [line.split()[:5] for line in text.splitlines() if line.startswith("bridged_exec_sync")] == \
+        [["bridged_exec_sync", "2.00", "2.00", "2.00", "1.3"]]  # ExecProbe (1.5 ms) is faster by 2.0 / 1.5
+    assert ("kubelet bridge: 10.0x faster than the busybox wget ExecSync (medians); the engine's own attempt median "
+            "0.50, p99 0.90; the bridge adds 1.50 to it (medians); its row on the board: 103 successes, 0 failures, "
+            "last attempt 0.60 ms") in text
     assert "first attempt seen median 12.0, p99 30.0" in text
     assert "600 probes/s, results {'successful': 6000}, 6000 requests served, late/missed 0/0" in text
 
@@ -136,6 +184,10 @@ def test_scenario_figures():
     assert per_extra_sandbox([step(10, 1, total_pss=60.0), step(50, 1, total_pss=160.0)])["total_pss_mib"] == 2.5
     assert speedups({"exec_probe": [2.0, 2.0], "exec_sync_wget": [30.0, 31.0]})["speedup_median"] == \
         {"exec_sync_wget": 15.2}
+    paths = speedups({"exec_probe": [1.5], "bridged_exec_sync": [2.0, 2.2], "exec_sync_wget": [21.0]})["paths_ms"]
+    assert bridge_figures(paths, [0.4, 0.6, 0.5]) == {
+        "faster_than_exec_sync_wget_median": 10.0, "added_to_attempt_median_ms": 1.6,
+        "engine_attempt_ms": {"min": 0.4, "median": 0.5, "p90": 0.6, "p99": 0.6, "max": 0.6}}
     assert overheads({"base": summary(0.3), "other": summary(0.7, 1.0)})["overhead_ms"] == \
         {"median": 0.4, "p90": 0.4, "p99": 0.7}
     assert failures({"successful": 600.0, "failed": 1.0, "unknown": 2.0}) == 3
