@@ -137,6 +137,27 @@ def test_describe_probe_has_state_and_waterfall():
     assert "connect" in text and "198.18.0.2:8080" in text
 
 
+def bridged_hook() -> service_pb.Probe:
+    """A kubelet bridge row for a preStop hook: no probe type, the role says what it is."""
+    return probed("bridged-prestop-0123456789ab", type=spec_pb.PROBE_TYPE_UNSPECIFIED, state=spec_pb.STATE_UNKNOWN,
+                  spec=http_spec(path="/drain", timeout_ms=300_000),
+                  bridged=service_pb.BridgedHandler(role="preStop", last_exec_at=NOW - SECOND))
+
+
+def test_a_bridged_row_shows_its_role_and_that_the_kubelet_holds_its_state():
+    lines = render.probes_table([bridged_hook()], NOW).splitlines()
+    header = lines[0]
+    for name, value in (("TYPE", "preStop"), ("STATE", "kubelet"), ("HANDLER", "http-get http://:8080/drain")):
+        assert lines[1][columns_of(header, name):].startswith(value)
+    text = render.describe_probe(bridged_hook(), NOW)
+    assert "Type:          preStop (kubelet bridge)" in text
+    assert "State:         held by the kubelet" in text
+    assert "timeout=5m0s (period and thresholds are the kubelet's)" in text
+    line = render.event_line(service_pb.WatchProbeStatusResponse(type=service_pb.ATTEMPT, probe=bridged_hook()), NOW)
+    watch = render.watch_header()
+    assert line[watch.index("TYPE"):].startswith("preStop") and line[watch.index("STATE"):].startswith("kubelet")
+
+
 # --- waterfall ---------------------------------------------------------------------------
 
 def redirected_attempt() -> spec_pb.Attempt:
