@@ -210,3 +210,26 @@ def test_containers_created_behind_the_shim_or_before_a_restart_are_bridged(cont
     for container in (before, behind):
         answer = second.exec_sync(container, cmd, PROBE_TIMEOUT_S)
         assert answer.exit_code == 0 and answer.stdout.decode() == f"ok {containerd.images.token}\n"
+
+
+def test_the_pods_worker_stays_up_between_calls_and_goes_with_the_pod(containerd, shim, kubelet, pod):
+    container = pod.containers["http"]
+    cmd = readiness({"tcpSocket": {"port": CLOSED_PORT}})
+
+    def row() -> service_pb.Probe | None:
+        probes = shim.stub.ProbeStatus(service_pb.ProbeStatusRequest(
+            filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
+        return probes[0] if probes else None
+
+    kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
+    first = row().worker
+    assert first.state == service_pb.WORKER_RUNNING and first.pid
+    kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
+    assert row().worker.pid == first.pid, "a worker per call: the bridge must keep the pod's worker"
+
+    kubelet.stop_pod(pod)  # the proxy stops the worker before containerd tears the pod down
+    assert row().worker.state == service_pb.WORKER_NONE
+    answer = kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
+    assert answer.exit_code == 3 and answer.stderr.decode().startswith("cri-probe-shim: cannot probe: ")
+    kubelet.remove_pod(pod)
+    assert row() is None, "the pod's bridged rows go with it"
