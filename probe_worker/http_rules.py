@@ -404,6 +404,16 @@ def referer_for_url(last: GoURL, new: GoURL, explicit: str) -> str:
     return referer
 
 
+def keeps_alive(transport: Transport, complete: bool) -> bool:
+    """Whether Go's transport puts the connection back in its idle pool after a response.
+
+    Only with keep-alives on, and once the body was read to its end (a redirect's
+    2 KiB drain may not get there) with neither side having asked to close
+    (persistConn.readLoop). A probe's connection never outlives its request.
+    """
+    return not transport.disable_keep_alives and complete
+
+
 def drain_budget(content_length: int | None) -> int:
     """Bytes of a redirect's body Go reads before closing it (unknown length counts as small)."""
     if content_length is None or content_length <= REDIRECT_DRAIN_BYTES:

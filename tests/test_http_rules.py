@@ -426,6 +426,12 @@ def test_absolute_redirect_uses_the_new_url_host():
     assert follow("/y", current=hop, first=first, made=2).follow.host == ""
 
 
+def test_only_the_lifecycle_client_keeps_a_complete_exchange_alive():
+    assert rules.keeps_alive(rules.LIFECYCLE_TRANSPORT, complete=True)
+    assert not rules.keeps_alive(rules.LIFECYCLE_TRANSPORT, complete=False)
+    assert not rules.keeps_alive(rules.PROBE_TRANSPORT, complete=True)
+
+
 @pytest.mark.parametrize("length, budget", [(None, 2048), (0, 2048), (2048, 2048), (2049, 0)])
 def test_drain_budget(length, budget):
     assert rules.drain_budget(length) == budget

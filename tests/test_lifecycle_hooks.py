@@ -41,8 +41,9 @@ MISMATCH = "http: server gave HTTP response to HTTPS client"
 #   {"event": "non-http", "conn": N}              bytes that are not a request (a ClientHello): answered 400
 #   {"event": "request", "conn": N, "head": ...}  a request head, printed before it is answered
 # argv: HOST [--tls] [--one-shot]; --one-shot closes the listener when the first connection arrives.
-# Routes: /status/N, /redirect?to=URL, /loop, /hang, /slow-body (promises 100 bytes, sends 10),
-# /reset, /ssh (an SSH banner), /marker; anything else 404.
+# Routes: /status/N, /redirect?to=URL[&body=N][&close=1|&drop=1] (a body of N bytes; `close` says
+# Connection: close, `drop` closes the connection after the response without saying so), /loop,
+# /hang, /slow-body (promises 100 bytes, sends 10), /reset, /ssh (an SSH banner), /marker; else 404.
 RECORDING_SERVER = r'''
 import asyncio, itertools, json, socket, struct, sys, urllib.parse
 from tests.servers.serving import announce_and_wait, listening_socket
@@ -82,7 +83,11 @@ async def serve(reader, writer):
             if path.startswith("/status/"):
                 writer.write(response(int(path[8:]), f"status {path[8:]}".encode()))
             elif path == "/redirect":
-                writer.write(response(302, b"moved", [("Location", query["to"])]))
+                headers = [("Location", query["to"])] + ([("Connection", "close")] if "close" in query else [])
+                writer.write(response(302, b"m" * int(query.get("body", "5")), headers))
+                if "close" in query or "drop" in query:
+                    await writer.drain()
+                    return
             elif path == "/loop":
                 writer.write(response(302, b"loop", [("Location", "/loop")]))
             elif path in ("/hang", "/slow-body"):
@@ -212,8 +217,8 @@ def test_hook_empty_user_agent_removes_it_and_an_own_accept_encoding_replaces_gz
     host = f"{pod_netns.ipv4}:{recorder.port}"
     assert recorder.heads(worker) == [
         f"GET /status/200 HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\nAccept-Encoding: gzip\r\n\r\n",
-        f"GET /status/200 HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {HOOK_UA}\r\nAccept: */*\r\n"
-        "Accept-Encoding: identity\r\n\r\n",
+        (f"GET /status/200 HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {HOOK_UA}\r\nAccept: */*\r\n"
+         "Accept-Encoding: identity\r\n\r\n"),
     ]
 
 
@@ -221,8 +226,8 @@ def test_a_probe_of_the_same_spec_is_unchanged(pod_netns, worker, recorder):
     attempt = run_once(worker, http_spec("/status/200", recorder.port), hook=False)
     assert (attempt.result, attempt.output) == (SUCCESS, "status 200")
     assert recorder.heads(worker) == [
-        f"GET /status/200 HTTP/1.1\r\nHost: {pod_netns.ipv4}:{recorder.port}\r\nUser-Agent: kube-probe/1.32\r\n"
-        "Accept: */*\r\nConnection: close\r\n\r\n"
+        (f"GET /status/200 HTTP/1.1\r\nHost: {pod_netns.ipv4}:{recorder.port}\r\nUser-Agent: kube-probe/1.32\r\n"
+         "Accept: */*\r\nConnection: close\r\n\r\n"),
     ]
 
 
@@ -256,8 +261,8 @@ def test_a_server_that_never_answers_fails_at_the_timeout(pod_netns, worker, rec
     assert time.monotonic() - started < 0.5 + 1.0
     assert (attempt.result, attempt.output) == (
         FAILURE,
-        f'Get "http://{pod_netns.ipv4}:{recorder.port}/hang": '
-        "context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+        (f'Get "http://{pod_netns.ipv4}:{recorder.port}/hang": '
+         "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"),
     )
 
 
@@ -273,8 +278,8 @@ def test_a_response_that_is_not_http_is_a_failure(pod_netns, worker, recorder):
     attempt = hook(worker, http_spec("/ssh", recorder.port))
     assert (attempt.result, attempt.output) == (
         FAILURE,
-        f'Get "http://{pod_netns.ipv4}:{recorder.port}/ssh": net/http: HTTP/1.x transport connection broken: '
-        'malformed HTTP response "SSH-2.0-OpenSSH_9.2"',
+        (f'Get "http://{pod_netns.ipv4}:{recorder.port}/ssh": net/http: HTTP/1.x transport connection broken: '
+         'malformed HTTP response "SSH-2.0-OpenSSH_9.2"'),
     )
 
 
@@ -405,3 +410,82 @@ def test_max_tries_out_of_range_is_refused(pod_netns, worker, tries):
     with pytest.raises(Rejected) as refused:
         run_once(worker, tcp_spec(1), hook=False, max_tries=tries)
     assert refused.value.errors == [f"max_tries: Invalid value: {tries}: must be between 0 and 3, inclusive"]
+
+
+# --- keep-alive (the lifecycle client's transport) ------------------------------------------------------
+# A redirect's body read to its end puts the connection in Go's idle pool, and the next request to the
+# same scheme and address takes it: one connection for the whole chain. Not when the server asked to
+# close, nor when the body was not drained (Go reads at most 2 KiB of it), nor for another port.
+
+
+def conns(events: list[dict]) -> list[int]:
+    return [e["conn"] for e in events if e["event"] == "request"]
+
+
+@pytest.mark.parametrize("body, reused", [(0, True), (2048, True), (2049, False)])
+def test_a_redirect_body_up_to_2_kib_is_drained_and_frees_the_connection(pod_netns, worker, recorder, body, reused):
+    # Client.do reads a redirect's body when Content-Length <= 2048 (maxBodySlurpSize), else closes it.
+    attempt = hook(worker, http_spec(f"/redirect?to=/status/200&body={body}", recorder.port))
+    assert (attempt.result, attempt.http_status_code) == (SUCCESS, 200)
+    first, second = conns(recorder.seen(worker))
+    assert (first == second) is reused
+
+
+def test_a_redirect_hop_reuses_the_kept_alive_connection(pod_netns, worker, recorder):
+    attempt = hook(worker, http_spec("/redirect?to=/redirect%3Fto%3D/status/200", recorder.port))
+    assert (attempt.result, attempt.http_status_code) == (SUCCESS, 200)
+    first, second, third = conns(recorder.seen(worker))
+    assert first == second == third
+    hops = [p for p in attempt.phases if p.name == "redirect"]
+    assert [[c.name for c in hop.children] for hop in hops] == [["request", "processing", "transfer"]] * 2
+
+
+@pytest.mark.parametrize("option", ["close=1", "body=4096"])
+def test_no_reuse_when_the_server_asks_to_close_or_the_body_is_not_drained(pod_netns, worker, recorder, option):
+    attempt = hook(worker, http_spec(f"/redirect?to=/status/200&{option}", recorder.port))
+    assert (attempt.result, attempt.http_status_code) == (SUCCESS, 200)
+    first, second = conns(recorder.seen(worker))
+    assert first != second
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced_by_a_new_one(pod_netns, worker, recorder):
+    attempt = hook(worker, http_spec("/redirect?to=/status/200&drop=1", recorder.port))
+    assert (attempt.result, attempt.output, attempt.http_status_code) == (SUCCESS, "", 200)
+    first, second = conns(recorder.seen(worker))
+    assert first != second
+    # The hop tried the idle connection first (it got EOF or a reset, no response), then dialed.
+    (hop,) = [p for p in attempt.phases if p.name == "redirect"]
+    names = [c.name for c in hop.children]
+    assert names[0] == "request" and names[-4:] == ["connect", "request", "processing", "transfer"]
+    assert any(c.error for c in hop.children[:-4])
+
+
+def test_an_https_redirect_hop_reuses_the_tls_connection(pod_netns, worker):
+    needs_tls()
+    tls = Recorder(pod_netns, "--tls")
+    attempt = hook(worker, http_spec("/redirect?to=/status/200", tls.port, scheme=spec_pb.HTTPS))
+    assert (attempt.result, attempt.http_status_code) == (SUCCESS, 200)
+    events = tls.seen(worker)[:-1]  # the marker's own handshake last
+    assert [(e["event"], e["conn"]) for e in events] == [("tls", 1), ("request", 1), ("request", 1)]
+
+
+def test_a_probe_never_reuses_a_connection(pod_netns, worker, recorder):
+    attempt = run_once(worker, http_spec("/redirect?to=/status/200", recorder.port), hook=False)
+    assert (attempt.result, attempt.output) == (SUCCESS, "status 200")
+    first, second = conns(recorder.seen(worker))
+    assert first != second
+
+
+def test_the_fallback_takes_the_connection_an_http_hop_left_idle(pod_netns, worker, recorder):
+    # http -> 302 to https on a port that answers plain HTTP: the kubelet retries its first request over
+    # http (isHTTPResponseError reads only the cause), through the same client and so the same idle pool.
+    plain = Recorder(pod_netns)
+    ip = pod_netns.ipv4
+    to = f"https://{ip}:{plain.port}/stop"
+    attempt = hook(worker, http_spec(f"/redirect?to={to}", recorder.port))
+    assert (attempt.result, attempt.output) == (FAILURE, f'Get "{to}": {MISMATCH}')
+    events = recorder.seen(worker)
+    assert [e["event"] for e in events] == ["request", "request"]
+    assert events[0]["conn"] == events[1]["conn"] and events[0]["head"] == events[1]["head"]
+    assert [e["event"] for e in plain.seen(worker)] == ["non-http", "non-http"]
+    assert [p.name for p in attempt.phases][-2:] == ["redirect", "fallback"]

@@ -9,12 +9,17 @@ socket's RST close, immediate whatever the peer does.
 With ctx.lifecycle_hook it is the kubelet's runHTTPHandler instead: the request
 goes out as the lifecycle client sends it (no `Connection: close`, `Accept-Encoding:
 gzip`, TLS without ALPN), any response is SUCCESS with its body discarded, and an
-HTTPS hook answered in plain HTTP is sent again once over http.
+HTTPS hook answered in plain HTTP is sent again once over http. Its keep-alives are
+on: a redirect whose body was read to its end leaves its connection idle, and the
+next request to the same scheme and port (a later hop, or the fallback) reuses it,
+dialing again if the server had closed it meanwhile, as Go's transport does. Every
+connection is closed when the hook is over (Go would keep the last one idle).
 
 Phases: connect (by connect()), tls, request, processing (until the first
 response byte), transfer (response head and body). Each followed redirect is a
-"redirect" phase holding the same children for its own hop; a hook's retry over
-http is a "fallback" phase holding its own.
+"redirect" phase holding the same children for its own hop (no connect or tls
+over a reused connection); a hook's retry over http is a "fallback" phase
+holding its own.
 """
 
 from __future__ import annotations
@@ -257,6 +262,23 @@ class _Exchange:
             return _Head(status=status, framed=False)
         raise _StreamError(rules.transport_broken("malformed HTTP response"))
 
+    @property
+    def complete(self) -> bool:
+        """Request sent and response read to its end, and neither side asked to close (h11's keep-alive)."""
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+
+    def settle(self) -> None:
+        """Takes the end of the response if it is already here, without waiting for anything.
+
+        A body read to exactly its Content-Length has not produced h11's EndOfMessage yet,
+        while Go's body reader returns EOF with the last byte (and frees the connection).
+        """
+        if self.h11.their_state is h11.SEND_BODY:
+            try:
+                self.h11.next_event()
+            except h11.RemoteProtocolError:
+                pass
+
     async def read_body(self, limit: int) -> bytes:
         """Up to `limit` bytes of the body; stops there without waiting for the rest."""
         body = bytearray()
@@ -356,21 +378,32 @@ def _prepare(
         return exc
 
 
+def _transport(ctx: AttemptContext) -> rules.Transport:
+    """The kubelet's probe client, or its lifecycle client for a hook."""
+    return rules.LIFECYCLE_TRANSPORT if ctx.lifecycle_hook else rules.PROBE_TRANSPORT
+
+
 @dataclass
 class _Hop:
     """How one request ended: a final outcome, or the next request to send."""
 
     outcome: Outcome | None = None
     follow: ProbeRequest | None = None
+    keep_alive: bool = False     # the connection may carry the next request
 
 
 class _Attempt:
     """One Go client.Do: the request and its followed redirects."""
 
-    def __init__(self, endpoint: Endpoint, ctx: AttemptContext) -> None:
+    def __init__(
+        self, endpoint: Endpoint, ctx: AttemptContext, idle: dict[tuple[str, int], _Stream] | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.ctx = ctx
         self.hook = ctx.lifecycle_hook
+        self.transport = _transport(ctx)
+        # Connections left reusable, by Go's connectMethodKey (scheme and port: the hostname never changes).
+        self.idle: dict[tuple[str, int], _Stream] = {} if idle is None else idle
         self.tls = ctx.tls or (LIFECYCLE_TLS if self.hook else DEFAULT_TLS)
         self.first: ProbeRequest | None = None   # as sent; redirect rules compare against it
         self.requests_made = 0
@@ -382,7 +415,8 @@ class _Attempt:
         hop = await self.send(first, self.ctx)
         while hop.follow is not None:
             with self.ctx.trace.sub("redirect", hop.follow.url.redacted_string()) as trace:
-                hop = await self.send(_Prepared(hop.follow, first.transport), dataclasses.replace(self.ctx, trace=trace))
+                hop = await self.send(_Prepared(hop.follow, self.transport),
+                                      dataclasses.replace(self.ctx, trace=trace))
         assert hop.outcome is not None
         return hop.outcome
 
@@ -401,8 +435,13 @@ class _Attempt:
             return _Hop(self.outcome(*rules.hook_response_outcome(status)))
         return _Hop(self.outcome(*rules.response_outcome(status, body)))
 
+    def close(self) -> None:
+        for stream in self.idle.values():
+            stream.close()
+        self.idle.clear()
+
     async def send(self, prepared: _Prepared, ctx: AttemptContext) -> _Hop:
-        """One request over a new connection (Go's Client.send with DisableKeepAlives)."""
+        """One request (Go's Client.send): over an idle connection of the same scheme and port, else a new one."""
         self.requests_made += 1
         request = prepared.request
         if prepared.preflight_error:
@@ -416,6 +455,17 @@ class _Attempt:
             endpoint = dataclasses.replace(endpoint, port=target[1])
         if asyncio.get_running_loop().time() >= ctx.deadline:
             return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
+        key = (request.url.scheme, endpoint.port)
+        idle = self.idle.pop(key, None)
+        if idle is not None:
+            self.address = idle.remote
+            if self.first is None:  # the fallback's request, over a connection an earlier hop left idle
+                self.first = request
+            hop = await self.exchange(idle, prepared, ctx, key, reused=True)
+            if hop is not None:
+                return hop
+            # The server had closed it before answering: Go's transport sends a GET again over a
+            # new connection (persistConn.shouldRetryRequest on a reused connection).
         try:
             sock, self.address = await connect(endpoint, ctx)
         except ConnectError as exc:
@@ -429,30 +479,51 @@ class _Attempt:
                 prepared = prepared.retarget(ip)
                 request = prepared.request
             self.first = request
-        stream = _Stream(sock, self.address)
-        try:
-            return await self.exchange(stream, prepared, ctx)
-        finally:
-            stream.close()
+        hop = await self.exchange(_Stream(sock, self.address), prepared, ctx, key)
+        assert hop is not None
+        return hop
 
-    async def exchange(self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext) -> _Hop:
+    async def exchange(
+        self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext, key: tuple[str, int], reused: bool = False
+    ) -> _Hop | None:
+        """The request and its response over `stream`, which is closed after unless kept idle.
+
+        None: `stream` was a reused connection the server had closed (nothing came back).
+        """
+        hop = None
+        try:
+            hop = await self._round_trip(stream, prepared, ctx, reused)
+            return hop
+        finally:
+            if hop is not None and hop.keep_alive:
+                self.idle[key] = stream
+            else:
+                stream.close()
+
+    async def _round_trip(
+        self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext, reused: bool
+    ) -> _Hop | None:
         request = prepared.request
         exchange = _Exchange(stream)
         trace = ctx.trace
         try:
             async with asyncio.timeout_at(ctx.deadline):
-                if request.url.scheme == "https":
+                if request.url.scheme == "https" and not reused:
                     hostname = request.url.hostname()
                     with trace.phase("tls", hostname) as phase:
                         phase.detail = await stream.start_tls(self.tls, None if is_ip_literal(hostname) else hostname)
                 with trace.phase("request", prepared.wire.request_line):
                     await exchange.send_request(prepared)
-                with trace.phase("processing"):
+                with trace.phase("processing") as processing:
                     await exchange.wait_first_byte()
+                    if reused and exchange.eof:
+                        processing.error = "EOF"
         except TimeoutError:
             return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
         except _StreamError as exc:
-            return self.fail(request, str(exc))
+            return None if reused else self.fail(request, str(exc))
+        if reused and exchange.eof:
+            return None
         with trace.phase("transfer") as transfer:
             return await self.respond(exchange, request, ctx, transfer)
 
@@ -481,7 +552,7 @@ class _Attempt:
         if decision.failure is not None:
             return self.failed(*decision.failure)
         if decision.follow is not None:
-            return _Hop(follow=decision.follow)
+            return _Hop(follow=decision.follow, keep_alive=rules.keeps_alive(self.transport, exchange.complete))
         if self.hook:
             # The kubelet discards a hook's body (read errors included) before it returns.
             await self.discard(exchange, rules.hook_discard_budget(head.content_length, head.gzip), ctx)
@@ -504,6 +575,7 @@ class _Attempt:
         try:
             async with asyncio.timeout_at(ctx.deadline):
                 await exchange.read_body(budget)
+            exchange.settle()
         except (TimeoutError, _StreamError):
             pass
 
@@ -512,14 +584,16 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
     action = spec.http_get
     scheme = "https" if action.scheme == spec_pb.HTTPS else "http"
     headers = tuple((h.name, h.value) for h in action.http_headers)
-    transport = rules.LIFECYCLE_TRANSPORT if ctx.lifecycle_hook else rules.PROBE_TRANSPORT
-    first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent, transport)
+    first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent, _transport(ctx))
     if isinstance(first, URLError):
         return Outcome(UNKNOWN, f"cannot build the probe request: {first}")
     attempt = _Attempt(endpoint, ctx)
-    outcome = await attempt.run(first)
-    if ctx.lifecycle_hook:
-        outcome = await _fallback(attempt, outcome)
+    try:
+        outcome = await attempt.run(first)
+        if ctx.lifecycle_hook:
+            outcome = await _fallback(attempt, outcome)
+    finally:
+        attempt.close()
     return outcome.bounded()
 
 
@@ -532,7 +606,8 @@ async def _fallback(attempt: _Attempt, outcome: Outcome) -> Outcome:
         return outcome
     ctx = attempt.ctx
     # The endpoint as narrowed to the pod IP that answered: the retry clones the request that was sent.
+    # Same client, same pool: an http connection an earlier hop left idle carries it.
     with ctx.trace.sub("fallback", retry.url.redacted_string()) as trace:
-        second = await _Attempt(attempt.endpoint, dataclasses.replace(ctx, trace=trace)).run(
-            _Prepared(retry, rules.LIFECYCLE_TRANSPORT))
+        second = await _Attempt(attempt.endpoint, dataclasses.replace(ctx, trace=trace), attempt.idle).run(
+            _Prepared(retry, attempt.transport))
     return second if rules.fallback_wins(second.result) else outcome
