@@ -293,6 +293,22 @@ def wire_request(request: ProbeRequest, transport: Transport = PROBE_TRANSPORT) 
     return WireRequest(target=request.url.request_uri(), headers=tuple(lines))
 
 
+def adds_gzip(header: Header, transport: Transport) -> bool:
+    """persistConn.roundTrip's requestedGzip: the transport asks for gzip itself, and then decompresses it."""
+    return not transport.disable_compression and header.get("Accept-Encoding") == "" and header.get("Range") == ""
+
+
+def response_length(content_length: int | None, content_encoding: str, added_gzip: bool) -> int | None:
+    """Response.ContentLength as Go's transport hands it over (None for Go's -1, unknown).
+
+    When the transport asked for gzip and got it, it decompresses the body itself and
+    reports the length as unknown.
+    """
+    if added_gzip and content_encoding.lower() == "gzip":
+        return None
+    return content_length
+
+
 def transport_headers(header: Header, transport: Transport) -> list[tuple[str, str]]:
     """persistConn.roundTrip's extraHeaders, which Request.write emits after the request's own, sorted by key.
 
@@ -302,7 +318,7 @@ def transport_headers(header: Header, transport: Transport) -> list[tuple[str, s
     protocols. "Accept-Encoding" sorts before "Connection".
     """
     extra: list[tuple[str, str]] = []
-    if not transport.disable_compression and header.get("Accept-Encoding") == "" and header.get("Range") == "":
+    if adds_gzip(header, transport):
         extra.append(("Accept-Encoding", "gzip"))
     if transport.disable_keep_alives:
         wants_close = has_token(header.get("Connection"), "close")
@@ -444,14 +460,14 @@ def hook_response_outcome(status: int) -> tuple[int, str]:
     return SUCCESS, ""
 
 
-def hook_discard_budget(content_length: int | None, gzip: bool = False) -> int:
+def hook_discard_budget(content_length: int | None) -> int:
     """handlers.go discardHTTPRespBody: up to 10 KiB of the body is read, and only when Content-Length <= 10 KiB.
 
-    An unknown length (-1 in Go) counts as small, and so does a gzip body: the transport
-    asked for it, so it hides the length and decompresses (the worker reads at most 10 KiB
-    of the raw bytes instead; only timing depends on it). Read errors do not matter.
+    `content_length` is Go's (`response_length`): an unknown one counts as small. Go reads
+    10 KiB of a body it decompresses, the worker 10 KiB of raw bytes: only timing differs.
+    Read errors do not matter.
     """
-    if gzip or content_length is None or content_length <= MAX_BODY_BYTES:
+    if content_length is None or content_length <= MAX_BODY_BYTES:
         return MAX_BODY_BYTES
     return 0
 

@@ -471,13 +471,27 @@ def test_any_response_is_a_successful_hook_with_no_output(status):
     assert rules.hook_response_outcome(status) == (SUCCESS, "")
 
 
-@pytest.mark.parametrize(
-    "length, gzip, budget",
-    [(None, False, 10240), (0, False, 10240), (10240, False, 10240), (10241, False, 0), (50000, True, 10240)],
-)
-def test_hook_discard_budget(length, gzip, budget):
-    # discardHTTPRespBody: `if resp.ContentLength <= maxRespBodyLength` (10 KiB; -1 when unknown or gunzipped).
-    assert rules.hook_discard_budget(length, gzip) == budget
+@pytest.mark.parametrize("length, budget", [(None, 10240), (0, 10240), (10240, 10240), (10241, 0)])
+def test_hook_discard_budget(length, budget):
+    # discardHTTPRespBody: `if resp.ContentLength <= maxRespBodyLength` (10 KiB; -1 when unknown).
+    assert rules.hook_discard_budget(length) == budget
+
+
+def test_the_transport_hides_the_length_of_a_gzip_body_it_asked_for():
+    # transport.go: with requestedGzip and Content-Encoding gzip, resp.ContentLength = -1 (it gunzips itself).
+    assert rules.response_length(50000, "gzip", added_gzip=True) is None
+    assert rules.response_length(50000, "GZIP", added_gzip=True) is None
+    assert rules.response_length(50000, "gzip", added_gzip=False) == 50000   # the user's own Accept-Encoding
+    assert rules.response_length(50000, "br", added_gzip=True) == 50000
+    assert rules.response_length(None, "", added_gzip=True) is None
+
+
+def test_only_a_compressing_transport_without_the_users_accept_encoding_or_range_adds_gzip():
+    assert rules.adds_gzip(Header(), rules.LIFECYCLE_TRANSPORT)
+    assert not rules.adds_gzip(Header(), rules.PROBE_TRANSPORT)
+    assert not rules.adds_gzip(Header({"Accept-Encoding": ["gzip"]}), rules.LIFECYCLE_TRANSPORT)
+    assert not rules.adds_gzip(Header({"Range": ["bytes=0-1"]}), rules.LIFECYCLE_TRANSPORT)
+    assert rules.adds_gzip(Header({"Accept-Encoding": [""]}), rules.LIFECYCLE_TRANSPORT)
 
 
 def test_https_hook_answered_in_plain_http_is_sent_again_over_http_without_authorization():

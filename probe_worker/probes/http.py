@@ -173,7 +173,7 @@ class _Head:
     location: str | None = None
     content_length: int | None = None   # None: unknown (chunked or until close)
     framed: bool = True                  # False: h11 could not parse it; there is no body to read
-    gzip: bool = False                   # Content-Encoding: gzip
+    content_encoding: str = ""           # the first Content-Encoding
 
 
 class _Exchange:
@@ -300,7 +300,7 @@ def _head_of(response: h11.Response) -> _Head:
     location = None
     content_length = None
     chunked = False
-    gzip = False
+    encoding = None
     for name, value in response.headers:
         if name == b"location" and location is None:
             location = value.decode("utf-8", "surrogateescape")
@@ -308,10 +308,10 @@ def _head_of(response: h11.Response) -> _Head:
             content_length = int(value)
         elif name == b"transfer-encoding":
             chunked = True
-        elif name == b"content-encoding":
-            gzip = value.lower() == b"gzip"
+        elif name == b"content-encoding" and encoding is None:
+            encoding = value.decode("latin-1")
     return _Head(status=response.status_code, location=location, content_length=None if chunked else content_length,
-                 gzip=gzip)
+                 content_encoding=encoding or "")
 
 
 class _Prepared:
@@ -328,6 +328,10 @@ class _Prepared:
         self.preflight_error = rules.preflight_error(request)
         self._h11: h11.Request | h11.LocalProtocolError | None = None
         self._retargeted: dict[str, _Prepared] = {}
+
+    @functools.cached_property
+    def adds_gzip(self) -> bool:
+        return rules.adds_gzip(self.request.header, self.transport)
 
     @functools.cached_property
     def wire(self) -> rules.WireRequest:
@@ -525,12 +529,13 @@ class _Attempt:
         if reused and exchange.eof:
             return None
         with trace.phase("transfer") as transfer:
-            return await self.respond(exchange, request, ctx, transfer)
+            return await self.respond(exchange, prepared, ctx, transfer)
 
     async def respond(
-        self, exchange: _Exchange, request: ProbeRequest, ctx: AttemptContext, transfer: PhaseRecord
+        self, exchange: _Exchange, prepared: _Prepared, ctx: AttemptContext, transfer: PhaseRecord
     ) -> _Hop:
         """Reads the response head, then follows it, or reads the body for the prober."""
+        request = prepared.request
         try:
             async with asyncio.timeout_at(ctx.deadline):
                 head = await exchange.read_head()
@@ -547,15 +552,16 @@ class _Attempt:
 
         assert self.first is not None
         decision = rules.follow_redirect(request, self.first, self.requests_made, head.status, head.location)
+        length = rules.response_length(head.content_length, head.content_encoding, prepared.adds_gzip)
         if decision.drain:
-            await self.discard(exchange, rules.drain_budget(head.content_length), ctx)
+            await self.discard(exchange, rules.drain_budget(length), ctx)
         if decision.failure is not None:
             return self.failed(*decision.failure)
         if decision.follow is not None:
             return _Hop(follow=decision.follow, keep_alive=rules.keeps_alive(self.transport, exchange.complete))
         if self.hook:
             # The kubelet discards a hook's body (read errors included) before it returns.
-            await self.discard(exchange, rules.hook_discard_budget(head.content_length, head.gzip), ctx)
+            await self.discard(exchange, rules.hook_discard_budget(length), ctx)
             return self.response(head.status, b"")
         try:
             async with asyncio.timeout_at(ctx.deadline):
