@@ -16,8 +16,9 @@ insecureContainerLifecycleHTTPClient: a plain http.Transport (keep-alives on, co
 so no `Connection: close` and an `Accept-Encoding: gzip`; `LIFECYCLE_TRANSPORT`), the same
 redirect checker, and no timeout of its own (the worker bounds it by the spec's timeout).
 Any response is success and its body is discarded (`hook_response_outcome`,
-`hook_discard_budget`); an HTTPS hook answered in plain HTTP is sent once more over http
-(`lifecycle_fallback`).
+`hook_discard_budget`, with Go's view of the length, `response_length`); a drained
+response leaves its connection to the next request (`keeps_alive`); an HTTPS hook
+answered in plain HTTP is sent once more over http (`lifecycle_fallback`).
 probe_worker/probes/http.py only moves bytes according to these.
 """
 
