@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from shim.bridge.answer import Answer, StatusAnswer
+from shim.bridge.answer import Answer, Forward, StatusAnswer
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,9 @@ class _CriProxyHandler(grpc.GenericRpcHandler):
             if observe:
                 await self._notify(path, request)
             if bridge is not None and (claimed := bridge.claim(request)) is not None:
-                return await _answer_bridged(bridge, claimed, context)
+                answered = await _answer_bridged(bridge, claimed, context)
+                if answered is not None:
+                    return answered
             call = upstream_method(
                 request,
                 metadata=forwardable_metadata(context.invocation_metadata()),
@@ -336,13 +338,16 @@ class _CriProxyHandler(grpc.GenericRpcHandler):
 
 
 async def _answer_bridged(bridge: ExecBridge, request: cri_pb.ExecSyncRequest,
-                          context: grpc.aio.ServicerContext) -> bytes:
+                          context: grpc.aio.ServicerContext) -> bytes | None:
+    """The bridge's answer as bytes, or None when the bridge hands the call to the runtime."""
     try:
         result = await bridge.exec_sync(request, traceparent_of(context.invocation_metadata()))
     except Exception as error:  # noqa: BLE001 - a bug in the bridge is an error status, never a crash
         log.exception("kubelet bridge failed for container %s", request.container_id)
         await context.abort(grpc.StatusCode.INTERNAL, f"cri-probe-shim: kubelet bridge failed: {error!r}")
         raise AssertionError("unreachable: abort raises") from error
+    if isinstance(result, Forward):
+        return None
     if isinstance(result, StatusAnswer):
         await context.abort(result.code, result.details)
     return result.SerializeToString()

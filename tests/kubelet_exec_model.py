@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from probe_worker.gostrings import go_duration, go_quote
 
 MAX_READ_LENGTH = 10 * 1024  # pkg/probe/exec maxReadLength
 
@@ -36,7 +37,7 @@ class ProbeVerdict:
 def probe_verdict(cmd: Sequence[str], timeout_s: int, answer: cri_pb.ExecSyncResponse | grpc.RpcError) -> ProbeVerdict:
     if isinstance(answer, grpc.RpcError):
         if answer.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return ProbeVerdict("failure", f'command timed out: "{" ".join(cmd)}" timed out after {timeout_s}s')
+            return ProbeVerdict("failure", _timed_out(cmd, timeout_s))
         return ProbeVerdict("unknown", "", f"rpc error: code = {_go_code(answer.code())} desc = {answer.details()}")
     data = (answer.stdout + answer.stderr)[:MAX_READ_LENGTH].decode("utf-8", "replace")
     return ProbeVerdict("success" if answer.exit_code == 0 else "failure", data)
@@ -45,12 +46,21 @@ def probe_verdict(cmd: Sequence[str], timeout_s: int, answer: cri_pb.ExecSyncRes
 def hook_error(cmd: Sequence[str], answer: cri_pb.ExecSyncResponse | grpc.RpcError) -> str | None:
     """None when the hook succeeded, else the error the kubelet reports in FailedPreStopHook/FailedPostStartHook."""
     if isinstance(answer, grpc.RpcError):
+        if answer.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return _timed_out(cmd, 0)  # the kubelet gives a hook no timeout
         return f"rpc error: code = {_go_code(answer.code())} desc = {answer.details()}"
     if answer.exit_code == 0:
         return None
     return f"command '{' '.join(cmd)}' exited with {answer.exit_code}: {answer.stderr.decode('utf-8', 'replace')}"
 
 
+def _timed_out(cmd: Sequence[str], timeout_s: int) -> str:
+    """cri-client: fmt.Errorf("%w: %q timed out after %s", ErrCommandTimedOut, strings.Join(cmd, " "), timeout)."""
+    return f"command timed out: {go_quote(' '.join(cmd))} timed out after {go_duration(timeout_s * 10**9)}"
+
+
 def _go_code(code: grpc.StatusCode) -> str:
-    """grpc-go's codes.Code.String(): "NotFound", "DeadlineExceeded", ..."""
+    """grpc-go's codes.Code.String(): "NotFound", "DeadlineExceeded", ... and "Canceled" (one l)."""
+    if code == grpc.StatusCode.CANCELLED:
+        return "Canceled"
     return "".join(part.capitalize() for part in code.name.split("_"))

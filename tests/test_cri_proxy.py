@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from shim import cri_proxy
-from shim.bridge.answer import Answer, StatusAnswer
+from shim.bridge.answer import FORWARD, Answer, StatusAnswer
 from shim.bridge.command import MARKER, command_for, marker_exec
 from shim.cri_proxy import cri_proxy_handler, upstream_channel
 from tests.fake_cri import Block, Echo, Fail, FakeCri, Respond, Stream
@@ -791,6 +791,22 @@ def test_an_ordinary_exec_sync_keeps_the_runtimes_error(sockdir):
             assert (error.code(), error.details()) == (grpc.StatusCode.UNKNOWN,
                                                        "failed to exec in container: exec: not found")
             assert bridge.calls == []
+
+    run(scenario())
+
+
+def test_a_marker_exec_sync_the_bridge_hands_back_goes_to_the_runtime_as_it_came(sockdir):
+    """An unknown container: the runtime's own NOT_FOUND reaches the kubelet, word for word."""
+    bridge = ScriptedBridge(FORWARD)
+
+    async def scenario():
+        async with proxied(sockdir, exec_bridge=bridge) as rig:
+            rig.fake.on("ExecSync", Fail(grpc.StatusCode.NOT_FOUND, 'failed to find container "c0ffee": not found'))
+            error = await rpc_error(rig.unary(EXEC_SYNC)(MARKER_REQUEST))
+            assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND,
+                                                       'failed to find container "c0ffee": not found')
+            assert [(r.method, r.request) for r in rig.fake.received] == [(EXEC_SYNC, MARKER_REQUEST)]
+            assert len(bridge.calls) == 1
 
     run(scenario())
 

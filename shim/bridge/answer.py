@@ -15,6 +15,7 @@ So, for an attempt the engine ran:
 | UNKNOWN (the kubelet's prober would have errored)  | status UNKNOWN with the output: discarded, as before |
 | bad arguments (EXIT_BAD_ARGUMENTS)                 | exit 2, stderr = "cri-probe-shim: bad arguments: ..." |
 | the sandbox cannot be probed (EXIT_CANNOT_PROBE)   | exit 3, stderr = "cri-probe-shim: cannot probe ...: ..." |
+| the runtime does not know the container            | forwarded: the runtime's own NOT_FOUND               |
 A WARNING (an HTTP 3xx the kubelet did not follow) becomes a plain success: an exec probe has no warning, so the
 kubelet's ProbeWarning event is not sent. That is the one result the bridge cannot carry.
 Pure: no I/O.
@@ -35,6 +36,7 @@ EXIT_BAD_ARGUMENTS = 2
 EXIT_CANNOT_PROBE = 3
 PREFIX = "cri-probe-shim"
 MAX_OUTPUT_BYTES = 10 * 1024  # pkg/probe/exec maxReadLength: the kubelet keeps no more
+MAX_DETAILS_BYTES = 4096      # of a status's details, as for RunProbe's errors (shim/requests.py)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,13 @@ class StatusAnswer:
     details: str
 
 
-Answer = cri_pb.ExecSyncResponse | StatusAnswer
+class Forward:
+    """Not the bridge's to answer: the request goes to the runtime as it came. For a container the runtime does
+    not know, the runtime's own NOT_FOUND is then the answer, word for word, whatever its version says."""
+
+
+FORWARD = Forward()
+Answer = cri_pb.ExecSyncResponse | StatusAnswer | Forward
 
 
 def attempt_answer(attempt: spec_pb.Attempt, *, hook: bool) -> Answer:
@@ -56,7 +64,9 @@ def attempt_answer(attempt: spec_pb.Attempt, *, hook: bool) -> Answer:
         if hook:
             return cri_pb.ExecSyncResponse(stderr=output, exit_code=EXIT_FAILURE)
         return cri_pb.ExecSyncResponse(stdout=output, exit_code=EXIT_FAILURE)
-    return StatusAnswer(grpc.StatusCode.UNKNOWN, attempt.output or "the probe could not be run")
+    # Status details travel as metadata, which clients cap (grpc core: 16 KiB in all): bounded like RunProbe's errors.
+    details = (attempt.output or "the probe could not be run").encode()[:MAX_DETAILS_BYTES]
+    return StatusAnswer(grpc.StatusCode.UNKNOWN, details.decode("utf-8", "ignore"))
 
 
 def bad_arguments(reason: str) -> cri_pb.ExecSyncResponse:
@@ -68,12 +78,6 @@ def cannot_probe(reason: str) -> cri_pb.ExecSyncResponse:
     return cri_pb.ExecSyncResponse(stderr=_bounded(f"{PREFIX}: cannot probe: {reason}"), exit_code=EXIT_CANNOT_PROBE)
 
 
-def container_not_found(container_id: str) -> StatusAnswer:
-    """containerd's own answer for an unknown container, so the kubelet sees what it would without the shim."""
-    return StatusAnswer(grpc.StatusCode.NOT_FOUND,
-                        f"an error occurred when try to find container {container_id!r}: not found")
-
-
 def timed_out(timeout_s: float) -> StatusAnswer:
     """The worker did not answer within the ExecSync timeout (plus grace): the kubelet reads DeadlineExceeded as
     an exec probe that timed out (a failure), exactly as for a command that outlived its timeout."""
@@ -81,8 +85,10 @@ def timed_out(timeout_s: float) -> StatusAnswer:
 
 
 def exit_code_of(answer: Answer) -> str:
-    """A label for metrics and logs: the exit code, or the status code's name."""
-    return str(answer.exit_code) if isinstance(answer, cri_pb.ExecSyncResponse) else answer.code.name
+    """A label for metrics and logs: the exit code, the status code's name, or "forwarded"."""
+    if isinstance(answer, cri_pb.ExecSyncResponse):
+        return str(answer.exit_code)
+    return answer.code.name if isinstance(answer, StatusAnswer) else "forwarded"
 
 
 def _bounded(text: str) -> bytes:

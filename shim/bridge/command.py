@@ -140,28 +140,37 @@ def parse_command(cmd: Sequence[str], *, ports: Sequence[spec_pb.ContainerPort],
     if role not in ROLES:
         raise BadArguments([f"role: Unsupported value: {go_quote(role)}: supported values: "
                             f"{', '.join(go_quote(r) for r in ROLES)}"])
-    if rest[0].lstrip().startswith("{"):
+    if rest[0].lstrip()[:1] in ("{", "["):
         spec = _json_handler(rest[0], role, ports)
         flags = _flags(rest[1:])
-        if handler_flags := [name for name in _HANDLER_FLAGS if name in flags]:
-            raise BadArguments([f"{handler_flags[0]}: Forbidden: the JSON argument already gives the handler"])
+        if handler_flags := [name for name in (*_HANDLER_FLAGS, "--header", "--service") if name in flags]:
+            raise BadArguments([f"{handler_flags[0]}: Forbidden: the JSON argument gives the handler whole "
+                                "(headers in httpGet.httpHeaders, the service in grpc.service)"])
     else:
         flags = _flags(rest)
         spec = _flag_handler(flags, role)
     _apply_placement(spec, flags)
     spec.timeout_ms = timeout_ms
     call = BridgedCall(role, spec)
-    errors = [kubernetes_error(error, "spec").removeprefix("spec.")
+    errors = [_argument_path(kubernetes_error(error, "spec"))
               for error in validate_probe(call.probe_type, spec, root="spec") + host_field_errors(spec, allow_host)]
-    errors += _named_port_errors(spec, ports)
     if errors:
+        raise BadArguments(errors)
+    if errors := _named_port_errors(spec, ports):  # only for names that are valid: one error per field
         raise BadArguments(errors)
     return call
 
 
+def _argument_path(error: str) -> str:
+    """`spec.httpGet.port: ...` -> `httpGet.port: ...`; an error of the whole spec is the handler's."""
+    if error.startswith("spec: "):
+        return "handler: " + error.removeprefix("spec: ")
+    return error.removeprefix("spec.")
+
+
 def _json_handler(text: str, role: str, ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.ProbeSpec:
     try:
-        handler = json.loads(text)
+        handler = json.loads(text, object_pairs_hook=_without_duplicates)
     except ValueError as exc:
         raise BadArguments([f"handler: not valid JSON: {exc}"]) from None
     except RecursionError:  # nesting deeper than the interpreter's stack: no handler is like that
@@ -174,12 +183,21 @@ def _json_handler(text: str, role: str, ports: Sequence[spec_pb.ContainerPort]) 
         kind = "lifecycle hook" if role in HOOK_ROLES else "probe"
         raise BadArguments([f"handler: unknown field {go_quote(unknown[0])}: a {kind} handler is one of "
                             f"{', '.join(allowed)}"])
-    if len(handler) != 1:
-        raise BadArguments([f"handler: Required value: exactly one of {', '.join(allowed)}"])
+    # Two handlers are left to validation, which words it as the API server does.
     try:
         return handler_spec(handler, "", ports)
     except InvalidField as exc:
         raise BadArguments([str(exc)]) from None
+
+
+def _without_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose key repeats is refused: which value Go's decoder keeps is not what the writer meant."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {go_quote(key)}")
+        out[key] = value
+    return out
 
 
 def _flags(tokens: Sequence[str]) -> dict[str, list[str]]:
@@ -241,8 +259,10 @@ def _apply_placement(spec: spec_pb.ProbeSpec, flags: dict[str, list[str]]) -> No
 
 def _named_port_errors(spec: spec_pb.ProbeSpec, ports: Sequence[spec_pb.ContainerPort]) -> list[str]:
     """A port name the container does not declare: the kubelet could not resolve it either."""
+    names = [port.name for port in ports if port.name]
+    known = f"the container's named ports are {', '.join(go_quote(n) for n in names)}" if names else \
+        "the container declares no named port"
     for field, ref in (("httpGet.port", spec.http_get.port), ("tcpSocket.port", spec.tcp_socket.port)):
-        if ref.WhichOneof("port") == "name" and ref.name not in {port.name for port in ports}:
-            return [f"{field}: unknown named port {go_quote(ref.name)}: the container's ports are "
-                    f"{', '.join(go_quote(p.name) for p in ports if p.name) or 'unnamed'}"]
+        if ref.WhichOneof("port") == "name" and ref.name not in names:
+            return [f"{field}: unknown named port {go_quote(ref.name)}: {known}"]
     return []

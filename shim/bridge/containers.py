@@ -62,12 +62,23 @@ def container_from_listing(container: cri_pb.Container) -> ContainerInfo:
     )
 
 
+def chosen_container(listed, container_id: str) -> cri_pb.Container | None:
+    """The listed container that is the one asked for: the same id, or the only one whose id it prefixes (the
+    runtime may match a unique prefix, as crictl allows). Anything else, e.g. a runtime that ignored the filter,
+    is not an answer: probing another pod's container would be worse than not probing."""
+    exact = [c for c in listed if c.id == container_id]
+    if exact:
+        return exact[0]
+    prefixed = [c for c in listed if c.id.startswith(container_id)]
+    return prefixed[0] if len(prefixed) == 1 and len(listed) == 1 else None
+
+
 def ports_from_annotation(text: str) -> tuple[spec_pb.ContainerPort, ...]:
     """The kubelet's JSON list of ContainerPort; anything unreadable gives no ports (a named port then fails to
     resolve and says so), never an exception: the annotation is the runtime's data, not the caller's."""
     try:
         items = json.loads(text) if text else []
-    except ValueError:
+    except (ValueError, RecursionError):
         return ()
     ports = []
     for item in items if isinstance(items, list) else []:
@@ -99,6 +110,7 @@ class CriContainers:
     async def resolve(self, container_id: str) -> ContainerInfo:
         info = self._known.get(container_id)
         if info is not None:
+            self._known.move_to_end(container_id)  # least recently used goes first
             return info
         if not container_id:  # an empty id filter would list every container
             raise ContainerNotFound(container_id)
@@ -107,11 +119,10 @@ class CriContainers:
             response = await self._list(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise RuntimeUnavailable(f"ListContainers({container_id}): {exc.code().name}: {exc.details()}") from None
-        # The runtime may match a unique prefix of an id (as crictl allows); remember what was asked for.
-        found = [c for c in response.containers if c.id == container_id] or list(response.containers[:1])
-        if not found:
+        found = chosen_container(response.containers, container_id)
+        if found is None:
             raise ContainerNotFound(container_id)
-        info = container_from_listing(found[0])
+        info = container_from_listing(found)
         self._known[container_id] = info
         if len(self._known) > self._max:
             self._known.popitem(last=False)

@@ -1,8 +1,8 @@
 """One marker ExecSync, from the kubelet's request to its answer: the kubelet bridge's I/O.
 
 For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.py), in this order:
-1. the container -> its sandbox, name, pod identity and ports (containers.py; an unknown container is answered
-   as the runtime answers it, NOT_FOUND, so the kubelet sees what it would without the shim);
+1. the container -> its sandbox, name, pod identity and ports (containers.py; a container the runtime does not
+   know is forwarded, so the kubelet gets the runtime's own NOT_FOUND, exactly as without the shim);
 2. the command -> a validated probe spec, with RunProbe's rules and `host` gate (bad arguments: exit 2);
 3. the sandbox -> its netns and IPs (cached like ExecProbe's; a sandbox that cannot be probed: exit 3);
 4. one attempt in the sandbox's worker (ExecProbe's path), bounded by the ExecSync timeout (hooks: the config's
@@ -84,7 +84,7 @@ class KubeletBridge:
         try:
             container = await self._containers.resolve(request.container_id)
         except ContainerNotFound:
-            return answer.container_not_found(request.container_id)
+            return answer.FORWARD
         except RuntimeUnavailable as exc:
             return answer.StatusAnswer(grpc.StatusCode.UNAVAILABLE, str(exc))
         try:

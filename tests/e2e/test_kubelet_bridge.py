@@ -11,7 +11,7 @@ What each test proves:
 - HTTP 500, TCP refused, gRPC SERVING and NOT_SERVING read as the kubelet's own probers would print them;
 - a named port resolves from the container's ports as the kubelet hands them to the runtime;
 - a probe that outlives its timeout answers with the kubelet's own HTTP timeout text, in time;
-- bad arguments answer exit code 2 with the field named; an unknown container NOT_FOUND, as containerd answers;
+- bad arguments answer exit code 2 with the field named; an unknown container gets containerd's own NOT_FOUND;
 - the same marker ExecSync sent straight to containerd ends in an error status: the kubelet discards the result
   (fail closed); an ordinary exec through the shim is answered byte for byte as containerd answers it;
 - a marker preStop hook performs the GET with the kubelet's hook semantics (any status is a success), and one
@@ -125,8 +125,11 @@ def test_bad_arguments_and_unknown_containers(containerd, kubelet, pod):
     answer, _ = probe(kubelet, pod.containers["http"], [MARKER, "readiness", "--tcp", "10.0.0.1:80"])
     assert answer.exit_code == 2 and "tcpSocket.host: Forbidden: the host field makes the runtime" in answer.stderr.decode()
 
-    error, verdict = probe(kubelet, "0" * 64, readiness({"tcpSocket": {"port": CLOSED_PORT}}))
+    cmd = readiness({"tcpSocket": {"port": CLOSED_PORT}})
+    error, verdict = probe(kubelet, "0" * 64, cmd)
+    direct, _ = probe(Kubelet(containerd.cri, containerd), "0" * 64, cmd)
     assert isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.NOT_FOUND
+    assert (error.code(), error.details()) == (direct.code(), direct.details()), "not the runtime's own answer"
     assert verdict.discarded
 
 
