@@ -48,7 +48,7 @@ from shim.bridge.command import (
     HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
     is_marker, parse_command,
 )
-from shim.client.manifest import POD_SPEC_PATHS, yaml_problem
+from shim.client.manifest import POD_SPEC_PATHS, json_kind, object_name, shown, yaml_problem
 
 OUTPUTS = ("yaml", "json")
 PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  # livenessProbe -> liveness
@@ -174,7 +174,7 @@ def _dump(documents: list, output: str) -> str:
 def _walk_object(obj: object, prefix: str, run: _Run) -> None:
     where = prefix.rstrip(".") or "the manifest"
     if not isinstance(obj, dict):
-        run.result.errors.append(f"{where}: expected a Kubernetes object, got {_json_kind(obj)}")
+        run.result.errors.append(f"{where}: expected a Kubernetes object, got {json_kind(obj)}")
         return
     kind = obj.get("kind")
     if not isinstance(kind, str) or not kind:
@@ -183,13 +183,13 @@ def _walk_object(obj: object, prefix: str, run: _Run) -> None:
     if kind.endswith("List") and kind not in POD_SPEC_PATHS:
         items = obj.get("items")
         if not isinstance(items, list):
-            run.result.errors.append(f"{prefix}items: Invalid value: {_shown(items)}: must be a list")
+            run.result.errors.append(f"{prefix}items: Invalid value: {shown(items)}: must be a list")
             return
         for index, item in enumerate(items):
             _walk_object(item, f"{prefix}items[{index}].", run)
         return
     if kind not in POD_SPEC_PATHS:
-        run.result.notes.append(f"{where}: {kind} {go_quote(_name(obj))} has no pod spec: left unchanged")
+        run.result.notes.append(f"{where}: {kind} {go_quote(object_name(obj))} has no pod spec: left unchanged")
         return
     path, pod_spec = prefix.rstrip("."), obj
     for key in POD_SPEC_PATHS[kind]:
@@ -211,12 +211,12 @@ def _walk_pod_spec(pod_spec: dict, path: str, run: _Run) -> None:
         if containers is None:
             continue
         if not isinstance(containers, list):
-            run.result.errors.append(f"{path}.{group}: Invalid value: {_shown(containers)}: must be a list")
+            run.result.errors.append(f"{path}.{group}: Invalid value: {shown(containers)}: must be a list")
             continue
         for index, container in enumerate(containers):
             container_path = f"{path}.{group}[{index}]"
             if not isinstance(container, dict):
-                run.result.errors.append(f"{container_path}: Invalid value: {_shown(container)}: "
+                run.result.errors.append(f"{container_path}: Invalid value: {shown(container)}: "
                                          "must be a container (a mapping)")
                 continue
             _walk_container(container, container_path, run)
@@ -232,7 +232,7 @@ def _walk_container(container: dict, path: str, run: _Run) -> None:
     if lifecycle is None:
         return
     if not isinstance(lifecycle, dict):
-        run.result.errors.append(f"{path}.lifecycle: Invalid value: {_shown(lifecycle)}: must be a mapping")
+        run.result.errors.append(f"{path}.lifecycle: Invalid value: {shown(lifecycle)}: must be a mapping")
         return
     for role in HOOK_ROLES:
         if lifecycle.get(role) is not None:
@@ -261,7 +261,7 @@ def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridg
              ports: Sequence[spec_pb.ContainerPort], run: _Run) -> int:
     """Rewrites (or restores) the handler of one probe or hook in place; 1 if it did, else 0."""
     if not isinstance(owner, dict):
-        run.result.errors.append(f"{path}: Invalid value: {_shown(owner)}: must be a mapping")
+        run.result.errors.append(f"{path}: Invalid value: {shown(owner)}: must be a mapping")
         return 0
     present = [key for key in all_keys if key in owner]
     if len(present) > 1:
@@ -276,7 +276,7 @@ def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridg
     action = owner[key]
     handler_path = f"{path}.{key}"
     if not isinstance(action, dict):
-        run.result.errors.append(f"{handler_path}: Invalid value: {_shown(action)}: must be a mapping")
+        run.result.errors.append(f"{handler_path}: Invalid value: {shown(action)}: must be a mapping")
         return 0
     if action.get("host") and not run.allow_host:
         run.result.errors.append(f"{handler_path}.host: {HOST_FORBIDDEN}")
@@ -332,19 +332,3 @@ def _rename_key(mapping: dict, old: str, new: str, value: object) -> None:
     items = [(new, value) if key == old else (key, item) for key, item in mapping.items()]
     mapping.clear()
     mapping.update(items)
-
-
-# --- messages ----------------------------------------------------------------------------------------------------
-
-def _name(obj: dict) -> str:
-    metadata = obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    return name if isinstance(name, str) else ""
-
-
-def _shown(value: object) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
-
-
-def _json_kind(value: object) -> str:
-    return "a list" if isinstance(value, list) else _shown(value)

@@ -110,7 +110,7 @@ def probes_from_manifest(text: str) -> ManifestResult:
 def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
     where = prefix.rstrip(".") or "the manifest"
     if not isinstance(obj, dict):
-        result.errors.append(f"{where}: expected a Kubernetes object, got {_json_kind(obj)}")
+        result.errors.append(f"{where}: expected a Kubernetes object, got {json_kind(obj)}")
         return
     kind = obj.get("kind")
     if not isinstance(kind, str) or not kind:
@@ -119,13 +119,13 @@ def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
     if kind.endswith("List") and kind not in POD_SPEC_PATHS:
         items = obj.get("items")
         if not isinstance(items, list):
-            result.errors.append(f"{prefix}items: Invalid value: {_shown(items)}: must be a list")
+            result.errors.append(f"{prefix}items: Invalid value: {shown(items)}: must be a list")
             return
         for index, item in enumerate(items):
             _read_object(item, f"{prefix}items[{index}].", result)
         return
     if kind not in POD_SPEC_PATHS:
-        result.skipped.append(f"{where}: {kind} {go_quote(_name(obj))} has no pod spec")
+        result.skipped.append(f"{where}: {kind} {go_quote(object_name(obj))} has no pod spec")
         return
     path, pod_spec = prefix.rstrip("."), obj
     for key in POD_SPEC_PATHS[kind]:
@@ -134,7 +134,7 @@ def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
         if not isinstance(pod_spec, dict):
             result.errors.append(f"{path}: Required value: a {kind} has a pod spec here")
             return
-    _read_pod_spec(pod_spec, path, _name(obj), result)
+    _read_pod_spec(pod_spec, path, object_name(obj), result)
 
 
 def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestResult) -> None:
@@ -142,7 +142,7 @@ def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestRes
     for group in ("initContainers", "containers"):
         containers = pod_spec.get(group) or []
         if not isinstance(containers, list):
-            result.errors.append(f"{path}.{group}: Invalid value: {_shown(containers)}: must be a list")
+            result.errors.append(f"{path}.{group}: Invalid value: {shown(containers)}: must be a list")
             continue
         for index, container in enumerate(containers):
             container_path = f"{path}.{group}[{index}]"
@@ -171,18 +171,18 @@ def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestRes
 
 def _container_identity(container: object, path: str) -> tuple[str, tuple[spec_pb.ContainerPort, ...]]:
     if not isinstance(container, dict):
-        raise InvalidField(f"{path}: Invalid value: {_shown(container)}: must be a container (a mapping)")
+        raise InvalidField(f"{path}: Invalid value: {shown(container)}: must be a container (a mapping)")
     name = container.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidField(f"{path}.name: Required value")
     raw_ports = container.get("ports") or []
     if not isinstance(raw_ports, list):
-        raise InvalidField(f"{path}.ports: Invalid value: {_shown(raw_ports)}: must be a list")
+        raise InvalidField(f"{path}.ports: Invalid value: {shown(raw_ports)}: must be a list")
     ports = []
     for index, port in enumerate(raw_ports):
         port_path = f"{path}.ports[{index}]"
         if not isinstance(port, dict):
-            raise InvalidField(f"{port_path}: Invalid value: {_shown(port)}: must be a mapping")
+            raise InvalidField(f"{port_path}: Invalid value: {shown(port)}: must be a mapping")
         number = _integer(port.get("containerPort"), f"{port_path}.containerPort", bits=32, required=True)
         ports.append(spec_pb.ContainerPort(
             name=_string(port.get("name"), f"{port_path}.name"), container_port=number,
@@ -246,7 +246,7 @@ def handler_spec(body: dict, path: str, ports: Sequence[spec_pb.ContainerPort]) 
         action = _mapping(body["exec"], where, _HANDLER_KEYS["exec"])
         command = action.get("command") or []
         if not isinstance(command, list) or not all(isinstance(arg, str) for arg in command):
-            raise InvalidField(f"{where}.command: Invalid value: {_shown(command)}: must be a list of strings")
+            raise InvalidField(f"{where}.command: Invalid value: {shown(command)}: must be a list of strings")
         spec.exec.command.extend(command)
     return spec
 
@@ -259,7 +259,7 @@ def _http_get(action: object, path: str, ports: Sequence[spec_pb.ContainerPort])
     body = _mapping(action, path, _HANDLER_KEYS["httpGet"])
     scheme = body.get("scheme")
     if scheme is not None and scheme not in _SCHEMES:
-        raise InvalidField(f"{path}.scheme: Unsupported value: {_shown(scheme)}: "
+        raise InvalidField(f"{path}.scheme: Unsupported value: {shown(scheme)}: "
                        f"supported values: {', '.join(go_quote(s) for s in _SCHEMES)}")
     out = spec_pb.HTTPGetAction(
         path=_string(body.get("path"), f"{path}.path") or "/",  # SetDefaults_HTTPGetAction
@@ -268,7 +268,7 @@ def _http_get(action: object, path: str, ports: Sequence[spec_pb.ContainerPort])
         scheme=_SCHEMES.get(scheme, spec_pb.HTTP))
     headers = body.get("httpHeaders") or []
     if not isinstance(headers, list):
-        raise InvalidField(f"{path}.httpHeaders: Invalid value: {_shown(headers)}: must be a list")
+        raise InvalidField(f"{path}.httpHeaders: Invalid value: {shown(headers)}: must be a list")
     for index, header in enumerate(headers):
         header_path = f"{path}.httpHeaders[{index}]"
         entry = _mapping(header, header_path, {"name", "value"})
@@ -290,14 +290,14 @@ def _port(value: object, path: str, ports: Sequence[spec_pb.ContainerPort]) -> s
         if not 0 <= value < 2**31:
             raise InvalidField(f"{path}: Invalid value: {value}: must be between 1 and 65535, inclusive")
         return spec_pb.PortRef(number=value)
-    raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a port number or a port name")
+    raise InvalidField(f"{path}: Invalid value: {shown(value)}: must be a port number or a port name")
 
 
 # --- scalar checks ---------------------------------------------------------------------------------------------
 
 def _mapping(value: object, path: str, known: set[str]) -> dict:
     if not isinstance(value, dict):
-        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a mapping")
+        raise InvalidField(f"{path}: Invalid value: {shown(value)}: must be a mapping")
     unknown = sorted(str(key) for key in value if key not in known)
     if unknown:
         raise InvalidField(f"{path}: unknown field {go_quote(unknown[0])}")
@@ -308,7 +308,7 @@ def _string(value: object, path: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be a string")
+        raise InvalidField(f"{path}: Invalid value: {shown(value)}: must be a string")
     return value
 
 
@@ -318,7 +318,7 @@ def _integer(value: object, path: str, *, bits: int, required: bool = False) -> 
     if value is None:
         raise InvalidField(f"{path}: Required value")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidField(f"{path}: Invalid value: {_shown(value)}: must be an integer")
+        raise InvalidField(f"{path}: Invalid value: {shown(value)}: must be an integer")
     if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
         raise InvalidField(f"{path}: Invalid value: {value}: must fit in a {bits}-bit integer")
     return value
@@ -360,20 +360,22 @@ def _refuse_collisions(result: ManifestResult) -> None:
     result.probes[:] = kept
 
 
-def _name(obj: dict) -> str:
+def object_name(obj: dict) -> str:
+    """metadata.name, or "" when there is none."""
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return name if isinstance(name, str) else ""
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """A value as JSON, the way messages quote what the manifest holds."""
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def _json_kind(value: object) -> str:
+def json_kind(value: object) -> str:
     if isinstance(value, list):
         return "a list"
-    return f"{_shown(value)}"
+    return f"{shown(value)}"
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
