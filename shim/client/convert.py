@@ -48,7 +48,9 @@ from shim.bridge.command import (
     HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
     is_marker, parse_command,
 )
-from shim.client.manifest import POD_SPEC_PATHS, json_kind, object_name, shown, yaml_problem
+from shim.client.manifest import (
+    POD_SPEC_PATHS, InvalidField, find_pod_spec, json_kind, object_name, shown, yaml_problem,
+)
 
 OUTPUTS = ("yaml", "json")
 PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  # livenessProbe -> liveness
@@ -191,13 +193,11 @@ def _walk_object(obj: object, prefix: str, run: _Run) -> None:
     if kind not in POD_SPEC_PATHS:
         run.result.notes.append(f"{where}: {kind} {go_quote(object_name(obj))} has no pod spec: left unchanged")
         return
-    path, pod_spec = prefix.rstrip("."), obj
-    for key in POD_SPEC_PATHS[kind]:
-        path = f"{path}.{key}" if path else key
-        pod_spec = pod_spec.get(key) if isinstance(pod_spec, dict) else None
-        if not isinstance(pod_spec, dict):
-            run.result.errors.append(f"{path}: Required value: a {kind} has a pod spec here")
-            return
+    try:
+        path, pod_spec = find_pod_spec(obj, kind, prefix)
+    except InvalidField as exc:
+        run.result.errors.append(str(exc))
+        return
     _walk_pod_spec(pod_spec, path, run)
 
 

@@ -127,14 +127,23 @@ def _read_object(obj: object, prefix: str, result: ManifestResult) -> None:
     if kind not in POD_SPEC_PATHS:
         result.skipped.append(f"{where}: {kind} {go_quote(object_name(obj))} has no pod spec")
         return
+    try:
+        path, pod_spec = find_pod_spec(obj, kind, prefix)
+    except InvalidField as exc:
+        result.errors.append(str(exc))
+        return
+    _read_pod_spec(pod_spec, path, object_name(obj), result)
+
+
+def find_pod_spec(obj: dict, kind: str, prefix: str) -> tuple[str, dict]:
+    """(its path, the pod spec) of an object of a kind in POD_SPEC_PATHS; InvalidField names where it is missing."""
     path, pod_spec = prefix.rstrip("."), obj
     for key in POD_SPEC_PATHS[kind]:
         path = f"{path}.{key}" if path else key
         pod_spec = pod_spec.get(key) if isinstance(pod_spec, dict) else None
         if not isinstance(pod_spec, dict):
-            result.errors.append(f"{path}: Required value: a {kind} has a pod spec here")
-            return
-    _read_pod_spec(pod_spec, path, object_name(obj), result)
+            raise InvalidField(f"{path}: Required value: a {kind} has a pod spec here")
+    return path, pod_spec
 
 
 def _read_pod_spec(pod_spec: dict, path: str, pod_name: str, result: ManifestResult) -> None:
