@@ -45,6 +45,12 @@ class LimitExceeded(Exception):
     pass
 
 
+def is_registered(probe: service_pb.Probe) -> bool:
+    """A probe RunProbe registered, as opposed to a kubelet bridge row (shim/bridge/service.py): only these are
+    stored, scheduled by a worker and counted against the limits."""
+    return not probe.HasField("bridged")
+
+
 def _registration(req: service_pb.RunProbeRequest, probe_id: str, created_at: int) -> service_pb.Probe:
     """The durable part of a probe: what RunProbe said, nothing observed."""
     return service_pb.Probe(
@@ -143,7 +149,7 @@ class ProbeRegistry:
             await self._start(sandbox, [probe], start_now=True)
             worker = self.supervisor.status(sandbox.id)
             self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
-            self._metrics.set_probes(len(self._board))
+            self._metrics.set_probes(self._board.count(is_registered))
         log.info("probe registered", extra={"probe_id": probe_id, "sandbox": sandbox.id,
                                             "type": spec_pb.ProbeType.Name(req.type)})
         return probe_id
@@ -356,7 +362,7 @@ class ProbeRegistry:
 
     def _registered_of(self, sandbox_id: str) -> list[service_pb.Probe]:
         """The sandbox's registered probes: the ones its worker runs on a schedule and the limits count."""
-        return [p for p in self._probes_of(sandbox_id) if not p.HasField("bridged")]
+        return [p for p in self._probes_of(sandbox_id) if is_registered(p)]
 
     def note_sandbox(self, sandbox: SandboxInfo) -> None:
         """The kubelet bridge shows a handler of this sandbox: its pod identity labels the handler's metrics,
@@ -364,7 +370,7 @@ class ProbeRegistry:
         self._sandbox_info[sandbox.id] = sandbox
 
     def _check_limits(self, sandbox_id: str) -> None:
-        total = len(self._board)
+        total = self._board.count(is_registered)
         if total >= self._config.max_probes_total:
             raise LimitExceeded(f"the daemon already runs {total} probes (max_probes_total)")
         in_sandbox = len(self._registered_of(sandbox_id))
@@ -399,4 +405,4 @@ class ProbeRegistry:
             if not self._probes_of(sid):  # nothing left to remember about a sandbox without probes
                 self._sandbox_info.pop(sid, None)
                 self._stopped.discard(sid)
-        self._metrics.set_probes(len(self._board))
+        self._metrics.set_probes(self._board.count(is_registered))

@@ -194,6 +194,10 @@ class StatusBoard:
         would cost more than the rest of the bookkeeping. Read-only: change it with update()."""
         return self._probes.get(probe_id)
 
+    def count(self, predicate: Callable[[Probe], bool]) -> int:
+        """How many probes satisfy predicate (read-only), without copying any."""
+        return sum(1 for probe in self._probes.values() if predicate(probe))
+
     def list(self, filter: ProbeFilter | None = None) -> list[Probe]:
         """Copies of the matching probes, sorted by sandbox, container, type."""
         selected = [p for p in self._probes.values() if filter is None or matches(filter, p)]

@@ -39,7 +39,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import FrameDecoder, FrameError, encode
-from probe_worker.manager import validate_registration
+from probe_worker.manager import validate_registration, validate_run_once
 from shim.zygote import SpawnedWorker, WorkerExit, Zygote, ZygoteError, exit_from_waitid
 
 log = logging.getLogger("probe_shim.supervisor")
@@ -393,7 +393,8 @@ class WorkerSupervisor:
         keep_warm keeps the worker up after the attempt, even with no probe registered, until the sandbox stops:
         the kubelet bridge calls again every period, and a worker spawned per call would cost more than the
         attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
-        errors = validate_registration(reg, require_id=False)
+        run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
+        errors = validate_run_once(run)  # the worker's own rules: refused here without a round trip
         if errors:
             raise WorkerRejected(errors)
         loop = asyncio.get_running_loop()
@@ -406,7 +407,6 @@ class WorkerSupervisor:
                 await self._wait_until(sb, lambda: sb.status.state in _RUN_ONCE_READY, deadline - loop.time())
             if sb.conn is None:
                 raise WorkerUnavailable(self._unavailable(sb))
-            run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
             reply = await sb.conn.request(max(0.0, deadline - loop.time()), run_once=run)
             if reply.WhichOneof("msg") == "rejected":
                 raise WorkerRejected(list(reply.rejected.errors))

@@ -163,6 +163,15 @@ def test_list_filters_and_sorts_by_sandbox_container_type():
         "a", "b"]
 
 
+def test_count_counts_what_a_predicate_selects_and_changes_nothing():
+    board = StatusBoard()
+    board.put(probe("a", sandbox="s1"))
+    board.put(probe("b", sandbox="s2"))
+    board.put(probe("c", sandbox="s2"))
+    assert board.count(lambda p: p.pod_sandbox_id == "s2") == 2 and board.count(lambda p: False) == 0
+    assert board.revision == 3 and len(board) == 3
+
+
 # --- watch ---------------------------------------------------------------------------------------------------------
 
 
