@@ -31,6 +31,8 @@ def test_file_then_flags(tmp_path):
     ("worker_gid = 0\n", "worker_gid: must be between 1"),
     ("worker_uid = 4294967295\n", "worker_uid: must be between 1"),
     ("socket_group = true\n", "socket_group: expected str"),
+    ("hook_timeout_s = 0\n", "hook_timeout_s: must be more than 0 and at most 3600"),
+    ("hook_timeout_s = 86400\n", "hook_timeout_s: must be more than 0 and at most 3600"),
     ("this is not toml", "config file"),
 ])
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
