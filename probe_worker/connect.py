@@ -16,7 +16,7 @@ import socket
 import struct
 
 from probe_worker.attempt import AttemptContext, Endpoint
-from probe_worker.gostrings import dial_error, join_host_port
+from probe_api.gostrings import dial_error, join_host_port
 
 _LINGER_RST = struct.pack("ii", 1, 0)
 

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_worker.attempt import FAILURE, SUCCESS, Outcome
-from probe_worker.gostrings import go_duration, go_quote
+from probe_api.gostrings import go_duration, go_quote
 
 # google.golang.org/grpc version in kubelet 1.32's go.mod; grpc-go appends
 # "grpc-go/<version>" to every user agent, so servers see the pair.

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from probe_worker.attempt import FAILURE, SUCCESS, UNKNOWN, WARNING
-from probe_worker.gostrings import errno_text, join_host_port
+from probe_api.gostrings import errno_text, join_host_port
 from probe_worker.http_url import GoURL, URLError, go_quote, parse
 
 MAX_BODY_BYTES = 10240            # kubelet maxRespBodyLength: the body is read up to here, silently cut

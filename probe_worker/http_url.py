@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from probe_worker.gostrings import go_quote
+from probe_api.gostrings import go_quote
 
 # Escaping modes of net/url (its `encoding` type).
 PATH, PATH_SEGMENT, HOST, ZONE, USER_PASSWORD, QUERY_COMPONENT, FRAGMENT = range(7)

@@ -21,7 +21,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.prober import MAX_TRIES, Prober
 from probe_worker.scheduling import PhaseGrid, gate
 from probe_worker.thresholds import ThresholdTracker, container_started
-from probe_worker.validation import Timing, effective_timing, validate_probe
+from probe_api.validation import Timing, effective_timing, validate_probe
 
 Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
 

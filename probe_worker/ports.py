@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.validation import go_quote
+from probe_api.validation import go_quote
 
 # strconv.Atoi: optional sign, ASCII digits only (Python's int() would also take
 # spaces, underscores and non-ASCII digits).

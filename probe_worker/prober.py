@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.addresses import AddressError, choose_endpoint
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
-from probe_worker.gostrings import go_duration
+from probe_api.gostrings import go_duration
 from probe_worker.ports import PortError, resolve_port
 from probe_worker.probes import Handler, handler_for
 from probe_worker.trace import Trace
-from probe_worker.validation import effective_timing
+from probe_api.validation import effective_timing
 
 log = logging.getLogger("probe_worker")
 

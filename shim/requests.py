@@ -1,6 +1,6 @@
 """Checks of ProbeService requests and the ids they map to. Pure: no I/O, no grpc.
 
-Probe spec rules are the Kubernetes API's (probe_worker.validation); this adds the
+Probe spec rules are the Kubernetes API's (probe_api.validation); this adds the
 request's own fields, their size limits, the daemon's gate on the deprecated `host`
 field, and the bound on how much error text one answer carries.
 """
@@ -11,7 +11,7 @@ import hashlib
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.validation import FieldError, validate_probe
+from probe_api.validation import FieldError, validate_probe
 
 # Size limits of the request's own fields. A registration is kept in memory, in the
 # store and sent to every watcher: each field is bounded, far above any real value.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from probe_worker.gostrings import go_duration, go_quote
+from probe_api.gostrings import go_duration, go_quote
 
 MAX_READ_LENGTH = 10 * 1024  # pkg/probe/exec maxReadLength
 

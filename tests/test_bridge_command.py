@@ -1,7 +1,7 @@
 """The kubelet bridge's marker command (shim/bridge/command.py): reading it, refusing it, recognising it in an
 ExecSync's bytes, and writing it so that the kubelet's own `$(VAR)` expansion leaves it as it was written.
 
-Expected error texts are the Kubernetes API validation's words as probe_worker/validation.py prints them
+Expected error texts are the Kubernetes API validation's words as probe_api/validation.py prints them
 (field.Error: `<path>: <type>: <value>: <detail>`), with Kubernetes' field names, plus the `host` gate of
 shim/requests.py. Pure: no sockets, no daemon.
 """

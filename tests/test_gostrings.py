@@ -2,7 +2,7 @@ import errno
 
 import pytest
 
-from probe_worker.gostrings import dial_error, errno_text, go_duration, is_ip_literal, join_host_port
+from probe_api.gostrings import dial_error, errno_text, go_duration, is_ip_literal, join_host_port
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_worker import grpc_rules as rules
-from probe_worker.gostrings import go_quote
+from probe_api.gostrings import go_quote
 from probe_worker.attempt import FAILURE, SUCCESS
 
 SECOND = 1_000_000_000

@@ -2,7 +2,7 @@
 
 import pytest
 
-from probe_worker.gostrings import go_quote
+from probe_api.gostrings import go_quote
 from probe_worker.http_url import PATH, GoURL, URLError, Userinfo, escape, parse, split_host_port, unescape
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker import validation as v
+from probe_api import validation as v
 from shim import requests
 
 

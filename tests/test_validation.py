@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cri_proto import probe_spec_pb2 as pb
-from probe_worker import validation as V
-from probe_worker.validation import (
+from probe_api import validation as V
+from probe_api.validation import (
     FieldError,
     Timing,
     effective_timing,

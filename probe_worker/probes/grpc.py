@@ -29,7 +29,7 @@ from probe_worker import grpc_rules as rules
 from probe_worker import grpc_wire as wire
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
-from probe_worker.gostrings import errno_text, go_duration, join_host_port
+from probe_api.gostrings import errno_text, go_duration, join_host_port
 
 _READ_CHUNK = 16 * 1024
 # Jitter for the connection backoff; module level so tests can seed it.

@@ -37,7 +37,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker import http_rules as rules
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
-from probe_worker.gostrings import go_quote, is_ip_literal, join_host_port
+from probe_api.gostrings import go_quote, is_ip_literal, join_host_port
 from probe_worker.http_rules import ProbeRequest
 from probe_worker.http_url import URLError
 from probe_worker.trace import PhaseRecord

@@ -36,8 +36,8 @@ from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_quote
-from probe_worker.validation import validate_probe
+from probe_api.gostrings import go_quote
+from probe_api.validation import validate_probe
 from shim.client import specs
 from shim.client.manifest import InvalidField, handler_spec, kubernetes_error
 from shim.requests import bounded, host_field_errors

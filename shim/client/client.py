@@ -19,7 +19,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.validation import effective_timing
+from probe_api.validation import effective_timing
 from shim.cri_proxy import upstream_target
 
 DEFAULT_ENDPOINT = "unix:///run/probe-shim/probe-shim.sock"

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_quote
+from probe_api.gostrings import go_quote
 from shim.bridge.command import (
     HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
     is_marker, parse_command,

@@ -11,7 +11,7 @@ with a note: the container runtime runs them, not the shim.
 Every message names the manifest path in Kubernetes' own (camelCase) field names:
 `spec.containers[0].readinessProbe.httpGet.port: unknown named port "web"`, prefixed `items[1].` inside a List
 and `documents[2].` when the text has several documents. Durations are converted from seconds to the
-ProbeSpec's milliseconds; validation (probe_worker.validation, which speaks proto names) is translated back,
+ProbeSpec's milliseconds; validation (probe_api.validation, which speaks proto names) is translated back,
 values included (`initialDelaySeconds: Invalid value: -1: ...`).
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import yaml
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_quote
-from probe_worker.validation import port_name_errors, validate_probe
+from probe_api.gostrings import go_quote
+from probe_api.validation import port_name_errors, validate_probe
 
 PROBE_FIELDS = (("livenessProbe", spec_pb.LIVENESS), ("readinessProbe", spec_pb.READINESS),
                 ("startupProbe", spec_pb.STARTUP))

@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_duration
+from probe_api.gostrings import go_duration
 
 ID_WIDTH = 13
 COLUMN_GAP = "   "

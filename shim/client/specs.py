@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_quote
-from probe_worker.validation import port_name_errors
+from probe_api.gostrings import go_quote
+from probe_api.validation import port_name_errors
 
 PROBE_TYPES = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS, "startup": spec_pb.STARTUP}
 TARGETS = {"pod-ip": spec_pb.POD_IP, "loopback": spec_pb.LOOPBACK}

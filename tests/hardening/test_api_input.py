@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker import validation
+from probe_api import validation
 from shim import requests
 from tests.daemon_env import DaemonProcess, run, status, tcp_spec
 from tests.netns_env import REPO_ROOT, PodNetns, listen

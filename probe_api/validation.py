@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.gostrings import go_quote
+from probe_api.gostrings import go_quote
 
 # SetDefaults_Probe (pkg/apis/core/v1/defaults.go); 0 means "not set" in our proto.
 DEFAULT_TIMEOUT_MS = 1_000

@@ -1,0 +1,9 @@
+"""The contract: the rules every side of cri-probe-shim shares, beside the protos in cri_proto/.
+
+probectl on an operator's laptop, the daemon and the unprivileged worker inside a pod's netns all import this
+package, and it imports only the standard library, protobuf and cri_proto, so that it stays lean enough for the
+worker (tests/test_worker_imports.py) and free of the daemon (tests/test_import_boundaries.py).
+
+- `validation`: which ProbeSpecs the Kubernetes API accepts, its exact error texts, the defaults it applies;
+- `gostrings`: Go's quoting, durations and error texts, for outputs that read like the kubelet's.
+"""
