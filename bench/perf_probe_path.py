@@ -305,7 +305,7 @@ def _daemon_frames(registry, board, sandboxes: int):
     from cri_proto import probe_service_pb2 as service_pb
     from cri_proto import probe_spec_pb2 as spec_pb
     from cri_proto import probe_worker_pb2 as worker_pb
-    from probe_worker.channel import encode
+    from probe_api.worker_protocol import encode
     from shim.registry import _registration
     from shim.sandboxes import SandboxInfo
 
@@ -336,7 +336,7 @@ def _daemon_frames(registry, board, sandboxes: int):
 
 def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     from cri_proto import probe_worker_pb2 as worker_pb
-    from probe_worker.channel import FrameDecoder
+    from probe_api.worker_protocol import FrameDecoder
     from shim.metrics import ShimMetrics
     from shim.registry import ProbeRegistry
     from shim.status import StatusBoard

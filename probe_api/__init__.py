@@ -5,5 +5,9 @@ package, and it imports only the standard library, protobuf and cri_proto, so th
 worker (tests/test_worker_imports.py) and free of the daemon (tests/test_import_boundaries.py).
 
 - `validation`: which ProbeSpecs the Kubernetes API accepts, its exact error texts, the defaults it applies;
+- `defaults`: the numbers several sides share (socket, message size, worker uid, kubelet version, tries, lateness);
+- `worker_protocol`: frames on the daemon <-> worker socketpair and which worker requests are valid;
+- `endpoints`: kubelet/crictl style endpoints as gRPC targets;
+- `grpc_codes`: grpc-go's status codes as Go prints them;
 - `gostrings`: Go's quoting, durations and error texts, for outputs that read like the kubelet's.
 """

@@ -1,9 +1,6 @@
-"""Framing of protobuf messages on the daemon <-> worker socketpair.
+"""The worker's ends of the daemon <-> worker socketpair: frames (probe_api.worker_protocol) over a socket.
 
-A frame is a 4-byte big-endian length and one serialized message. Both sides cap
-the frame size so that neither can make the other allocate without bound.
-The asyncio side is used by the worker; the blocking side by the daemon's
-supervisor threads and by tests.
+The asyncio side is used by the worker; the blocking side by the zygote, the daemon's spawning code and tests.
 """
 
 from __future__ import annotations
@@ -12,49 +9,14 @@ import asyncio
 import collections
 import select
 import socket
-import struct
 import time
 
 from google.protobuf.message import Message
 
-MAX_FRAME = 1 << 20
-_HEADER = struct.Struct(">I")
-
+from probe_api.worker_protocol import FrameDecoder, encode
 
 class ChannelClosed(Exception):
     """The other side closed the socket."""
-
-
-class FrameError(Exception):
-    """A frame violates the protocol (too large, or not the expected message)."""
-
-
-def encode(message: Message) -> bytes:
-    payload = message.SerializeToString()
-    if len(payload) > MAX_FRAME:
-        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
-    return _HEADER.pack(len(payload)) + payload
-
-
-class FrameDecoder:
-    """Incremental decoder: feed bytes, get complete payloads."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        frames: list[bytes] = []
-        while len(self._buf) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(self._buf)
-            if length > MAX_FRAME:
-                raise FrameError(f"peer announced a frame of {length} bytes (max {MAX_FRAME})")
-            end = _HEADER.size + length
-            if len(self._buf) < end:
-                break
-            frames.append(bytes(self._buf[_HEADER.size:end]))
-            del self._buf[:end]
-        return frames
 
 
 class AsyncChannel:

@@ -20,8 +20,12 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from cri_proto import grpc_health_pb2 as health_pb
-from probe_worker.attempt import FAILURE, SUCCESS, Outcome
 from probe_api.gostrings import go_duration, go_quote
+from probe_api.grpc_codes import (
+    CANCELED, DEADLINE_EXCEEDED, INTERNAL, OK, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED, UNAVAILABLE,
+    UNIMPLEMENTED, UNKNOWN, code_name,
+)
+from probe_worker.attempt import FAILURE, SUCCESS, Outcome
 
 # google.golang.org/grpc version in kubelet 1.32's go.mod; grpc-go appends
 # "grpc-go/<version>" to every user agent, so servers see the pair.
@@ -36,18 +40,6 @@ CHECK_PATH = f"/{HEALTH_SERVICE}/Check"
 MAX_MESSAGE_BYTES = 16 * 1024
 MAX_HEADER_LIST_BYTES = 16 * 1024
 MAX_READ_BYTES = 64 * 1024
-
-# grpc-go codes.Code values and their String() spelling.
-OK, CANCELED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
-ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION = 6, 7, 8, 9
-ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS = 10, 11, 12, 13, 14, 15
-UNAUTHENTICATED = 16
-CODE_NAMES = (
-    "OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
-    "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
-    "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
-    "Unauthenticated",
-)
 
 # internal/transport/http_util.go HTTPStatusConvTab; any other status is Unknown.
 HTTP_STATUS_TO_CODE = {
@@ -101,11 +93,6 @@ MIN_CONNECT_TIMEOUT_S = 20.0
 
 
 # ---------------------------------------------------------------- statuses
-
-
-def code_name(code: int) -> str:
-    """codes.Code.String(): the Go identifier, or Code(N) beyond the known ones."""
-    return CODE_NAMES[code] if 0 <= code < len(CODE_NAMES) else f"Code({code})"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import hpack.exceptions
 import hyperframe.exceptions
 import hyperframe.frame as frames
 
+from probe_api import grpc_codes as codes
 from probe_worker import grpc_rules as rules
 
 STREAM_ID = 1
@@ -188,7 +189,7 @@ class Connection:
                 if self.call.result is not None:
                     return
         except hpack.exceptions.OversizedHeaderListError:
-            raise ConnectionFailed(rules.RpcError(rules.INTERNAL, "peer header list size exceeded limit")) from None
+            raise ConnectionFailed(rules.RpcError(codes.INTERNAL, "peer header list size exceeded limit")) from None
         except hpack.exceptions.HPACKError:
             raise ConnectionFailed(protocol_error(h2.errors.ErrorCodes.COMPRESSION_ERROR)) from None
         except _MALFORMED as exc:

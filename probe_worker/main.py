@@ -25,8 +25,10 @@ import sys
 import time
 
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
+from probe_api.worker_protocol import validate_registration, validate_run_once
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
-from probe_worker.manager import ProbeManager, validate_registration, validate_run_once
+from probe_worker.manager import ProbeManager
 from probe_worker.netns import NetnsError, enter_netns
 from probe_worker.pod_ips import discover_pod_ips
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
@@ -34,8 +36,6 @@ from probe_worker.prober import Prober
 
 log = logging.getLogger("probe_worker")
 
-DEFAULT_UID = 65534
-DEFAULT_USER_AGENT_VERSION = "1.32"
 DEFAULT_MAX_MEMORY = 256 << 20
 DEFAULT_MAX_FILES = 1024
 DEFAULT_HEARTBEAT_MS = 1000
@@ -49,9 +49,9 @@ class StartError(Exception):
 def _with_defaults(config: worker_pb.WorkerConfig) -> worker_pb.WorkerConfig:
     c = worker_pb.WorkerConfig()
     c.CopyFrom(config)
-    c.user_agent_version = c.user_agent_version or DEFAULT_USER_AGENT_VERSION
-    c.run_as_uid = c.run_as_uid or DEFAULT_UID
-    c.run_as_gid = c.run_as_gid or DEFAULT_UID
+    c.user_agent_version = c.user_agent_version or KUBELET_VERSION
+    c.run_as_uid = c.run_as_uid or WORKER_UID
+    c.run_as_gid = c.run_as_gid or WORKER_GID
     c.max_memory_bytes = c.max_memory_bytes or DEFAULT_MAX_MEMORY
     c.max_open_files = c.max_open_files or DEFAULT_MAX_FILES
     c.heartbeat_interval_ms = c.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS

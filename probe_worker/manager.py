@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.prober import MAX_TRIES, Prober
+from probe_api.validation import Timing, effective_timing
+from probe_worker.prober import Prober
 from probe_worker.scheduling import PhaseGrid, gate
 from probe_worker.thresholds import ThresholdTracker, container_started
-from probe_api.validation import Timing, effective_timing, validate_probe
 
 Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
 
@@ -33,22 +33,6 @@ class _Probe:
     tracker: ThresholdTracker
     started_at_ms: float              # container start, on the event loop's clock
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-
-def validate_registration(reg: worker_pb.ProbeRegistration, require_id: bool = True) -> list[str]:
-    """run_once needs no probe id (its answer carries the request's seq); add_probe does."""
-    errors = ["probe_id: Required value"] if require_id and not reg.probe_id else []
-    return errors + validate_probe(reg.type, reg.spec)
-
-
-def validate_run_once(run: worker_pb.RunOnce) -> list[str]:
-    """RunOnce's own fields, after its registration's: a core/v1 LifecycleHandler has no gRPC action."""
-    errors = validate_registration(run.probe, require_id=False)
-    if not 0 <= run.max_tries <= MAX_TRIES:
-        errors.append(f"max_tries: Invalid value: {run.max_tries}: must be between 0 and {MAX_TRIES}, inclusive")
-    if run.lifecycle_hook and run.probe.spec.HasField("grpc"):
-        errors.append("probe.spec.grpc: Forbidden: a lifecycle hook handler is http_get or tcp_socket")
-    return errors
 
 
 class ProbeManager:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.defaults import MAX_TRIES
 from probe_worker.addresses import AddressError, choose_endpoint
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_api.gostrings import go_duration
@@ -32,7 +33,6 @@ log = logging.getLogger("probe_worker")
 # Each kind enforces the probe timeout itself, with the kubelet's own messages.
 # This margin is only a safety net against a bug in a kind that forgets to.
 SAFETY_MARGIN_S = 0.25
-MAX_TRIES = 3
 
 
 def user_agent(version: str, purpose: str = "probe") -> str:

@@ -43,7 +43,6 @@ SKIP_WAITING_FOR_STARTUP = "waiting for startup probe"
 
 # An attempt that starts more than this after its tick was due counts as late
 # (the benchmark's and /metrics' definition; far above asyncio's timer slack).
-LATE_AFTER_NS = 100_000_000
 
 
 def grid_point(at_ms: float, period_ms: float, phase_ms: float, after: bool = False) -> float:
@@ -141,14 +140,6 @@ class Ticker:
         self._next_index = max(taken + 1, index + 1)
         return self._tick(taken)
 
-
-def is_late(scheduled_at_ns: int, started_at_ns: int) -> bool:
-    """Whether an attempt started more than LATE_AFTER_NS after its tick was due.
-
-    Any clock works, the same for both; an attempt without a tick (scheduled_at_ns 0,
-    a one-off ExecProbe) is never late.
-    """
-    return scheduled_at_ns > 0 and started_at_ns - scheduled_at_ns > LATE_AFTER_NS
 
 
 def gate(probe_type: int, *, now_ms: float, container_started_at_ms: float,

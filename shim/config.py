@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from probe_api.defaults import DEFAULT_ENDPOINT, KUBELET_VERSION, WORKER_GID, WORKER_UID
+
 
 class ConfigError(Exception):
     pass
@@ -24,12 +26,12 @@ MAX_ID = 2**31 - 1
 
 @dataclass
 class Config:
-    listen: str = "unix:///run/probe-shim/probe-shim.sock"
+    listen: str = DEFAULT_ENDPOINT
     runtime_endpoint: str = "unix:///run/containerd/containerd.sock"  # "none": embedded mode, no runtime
     state_dir: str = "/var/lib/probe-shim"
     metrics_listen: str = "127.0.0.1:9555"  # "" turns the endpoint off
     reconcile_interval_s: float = 5.0
-    user_agent_version: str = "1.32"
+    user_agent_version: str = KUBELET_VERSION
     # The deprecated probe `host` field lets a pod's probe reach any address the node
     # can (blind SSRF from the runtime's side); off unless an operator opts in.
     allow_host_field: bool = False
@@ -38,8 +40,8 @@ class Config:
     log_format: str = "text"  # text | json
     trace_exporter: str = "none"  # none | console | otlp
     otlp_endpoint: str = ""
-    worker_uid: int = 65534
-    worker_gid: int = 65534
+    worker_uid: int = WORKER_UID
+    worker_gid: int = WORKER_GID
     heartbeat_timeout_s: float = 5.0
     # The kubelet bridge's bound on a lifecycle hook (the kubelet sends hooks' ExecSync without a timeout and puts
     # none on its own HTTP hooks; a preStop hook is cut by the pod's termination grace period anyway).

@@ -11,7 +11,7 @@ socket look like the runtime's own for every CRI method:
   the kubelet bridge's marker is answered by the daemon (`exec_bridge`, which claims it) instead of being
   forwarded. Every other ExecSync is forwarded as bytes, after a substring test that costs well under a
   microsecond;
-- the upstream channel (`upstream_channel`) built from a kubelet/crictl style endpoint.
+- the upstream channel (`upstream_channel`) built from a kubelet/crictl style endpoint (probe_api.endpoints).
 
 Any other path (ProbeService, health, reflection) is left to the other handlers of the same server.
 """
@@ -27,6 +27,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from probe_api.defaults import MAX_MESSAGE_BYTES
+from probe_api.endpoints import upstream_target
 from shim.bridge.answer import Answer, Forward, StatusAnswer
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,6 @@ SANDBOX_EVENT_METHODS: dict[str, tuple[str, type]] = {
 }
 
 # The kubelet's and crictl's own limit (cri-client maxMsgSize). The proxy must not be narrower than its clients.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 # For grpc.aio.server(options=...) of the daemon: grpc's server default receive limit is 4 MiB, below what the
 # kubelet may send (CreateContainer with large env/annotations).
@@ -157,34 +158,6 @@ def traceparent_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | 
         if key == "traceparent" and isinstance(value, str):
             return value
     return None
-
-
-def upstream_target(endpoint: str) -> str:
-    """A gRPC target for a runtime endpoint written the way kubelet and crictl accept it.
-
-    `unix:///abs/path` and `unix:/abs/path` are unix sockets; a bare `/abs/path` is one too (kubelet's deprecated
-    fallback); `tcp://host:port` and `host:port` are TCP. Raises ValueError for anything else, including "none"
-    (the embedded mode has no upstream).
-    """
-    text = endpoint.strip()
-    if not text or text == "none":
-        raise ValueError(f"runtime endpoint {endpoint!r}: no upstream to connect to")
-    if text.startswith("unix://"):
-        path = text[len("unix://"):]
-        if not path.startswith("/"):
-            raise ValueError(f"runtime endpoint {endpoint!r}: unix socket path must be absolute (unix:///path)")
-        return f"unix:{path}"
-    if text.startswith("unix:"):
-        if not text[len("unix:"):]:
-            raise ValueError(f"runtime endpoint {endpoint!r}: empty unix socket path")
-        return text
-    if text.startswith("/"):
-        return f"unix:{text}"
-    if text.startswith("tcp://"):
-        text = text[len("tcp://"):]
-    if "://" in text or ":" not in text:
-        raise ValueError(f"runtime endpoint {endpoint!r}: expected unix:///path, /path, tcp://host:port or host:port")
-    return text
 
 
 def channel_options(user_agent: str = DEFAULT_USER_AGENT) -> tuple[tuple[str, int | str], ...]:

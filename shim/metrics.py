@@ -24,7 +24,7 @@ from prometheus_client.exposition import choose_encoder, generate_latest, gzip_a
 from prometheus_client.metrics_core import Metric
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.scheduling import LATE_AFTER_NS
+from probe_api.defaults import LATE_AFTER_NS
 from shim.bridge.command import ROLES as BRIDGE_ROLES
 from shim.config import ConfigError
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.scheduling import is_late
+from probe_api.defaults import is_late, longest_attempt_ms
 from shim import requests
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
 from shim.sandbox_cache import ResolvedSandboxes
@@ -178,7 +178,7 @@ class ProbeRegistry:
             type=req.type or spec_pb.READINESS, spec=req.spec,
             container=worker_pb.ContainerRef(ports=req.container_ports),
         )
-        timeout_s = (req.spec.timeout_ms or 1000) / 1000 * 3 + EXEC_GRACE_S  # up to 3 tries, like the kubelet
+        timeout_s = longest_attempt_ms(req.spec) / 1000 + EXEC_GRACE_S
         attempt = await self.supervisor.run_once(_target(sandbox), reg, timeout_s)
         trace_id, span_id = self._tracer.record(
             attempt, probe_id="exec", probe_type=reg.type, sandbox_id=sandbox.id, container_name="",

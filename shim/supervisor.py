@@ -38,8 +38,8 @@ from google.protobuf.message import DecodeError
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.channel import FrameDecoder, FrameError, encode
-from probe_worker.manager import validate_registration, validate_run_once
+from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
+from probe_api.worker_protocol import FrameDecoder, FrameError, encode, validate_registration, validate_run_once
 from shim.zygote import SpawnedWorker, WorkerExit, Zygote, ZygoteError, exit_from_waitid
 
 log = logging.getLogger("probe_shim.supervisor")
@@ -295,9 +295,9 @@ class WorkerSupervisor:
         start_timeout_s: float = 10.0,
         stop_timeout_s: float = 5.0,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
-        user_agent_version: str = "1.32",
-        run_as_uid: int = 65534,
-        run_as_gid: int = 65534,
+        user_agent_version: str = KUBELET_VERSION,
+        run_as_uid: int = WORKER_UID,
+        run_as_gid: int = WORKER_GID,
         max_memory_bytes: int = 0,
         max_open_files: int = 0,
     ) -> None:

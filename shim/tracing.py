@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, format_span_id, fo
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.grpc_rules import CODE_NAMES
+from probe_api.grpc_codes import CODE_NAMES
 from shim.config import ConfigError
 
 EXPORTERS = ("none", "console", "otlp")

@@ -52,6 +52,7 @@ import h2.events
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import KUBELET_VERSION
 from probe_worker import main as worker_main
 from probe_worker import netns, privileges
 from probe_worker.channel import AsyncChannel, BlockingChannel
@@ -194,7 +195,7 @@ def _start_path() -> None:
             worker_pb.WorkerEvent.FromString(event.SerializeToString()).WhichOneof("msg")
 
 
-def warm_up(user_agent_version: str = "1.32") -> None:
+def warm_up(user_agent_version: str = KUBELET_VERSION) -> None:
     _start_path()
     asyncio.run(asyncio.wait_for(_session(user_agent_version), TIMEOUT_S))
 

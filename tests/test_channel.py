@@ -5,7 +5,8 @@ import struct
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_worker.channel import MAX_FRAME, AsyncChannel, BlockingChannel, ChannelClosed, FrameDecoder, FrameError, encode
+from probe_api.worker_protocol import MAX_FRAME, FrameDecoder, FrameError, encode
+from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 
 
 def test_decoder_reassembles_frames_split_anywhere():

@@ -22,6 +22,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from probe_api.endpoints import upstream_target
 from shim import cri_proxy
 from shim.bridge.answer import FORWARD, Answer, StatusAnswer
 from shim.bridge.command import MARKER, command_for, marker_exec
@@ -197,14 +198,14 @@ def test_sandbox_event_reads_only_stop_and_remove():
     (" unix:///run/x.sock\n", "unix:/run/x.sock"),
 ])
 def test_upstream_target(endpoint, target):
-    assert cri_proxy.upstream_target(endpoint) == target
+    assert upstream_target(endpoint) == target
 
 
 @pytest.mark.parametrize("endpoint", ["", "none", "unix://", "unix:", "unix://run/x.sock", "npipe:////./pipe/x",
                                       "http://127.0.0.1:80", "containerd.sock"])
 def test_upstream_target_rejects(endpoint):
     with pytest.raises(ValueError, match="runtime endpoint"):
-        cri_proxy.upstream_target(endpoint)
+        upstream_target(endpoint)
 
 
 def test_channel_options_are_kubelets():

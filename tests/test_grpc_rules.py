@@ -5,6 +5,7 @@ import struct
 import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
+from probe_api import grpc_codes as codes
 from probe_worker import grpc_rules as rules
 from probe_api.gostrings import go_quote
 from probe_worker.attempt import FAILURE, SUCCESS
@@ -34,7 +35,7 @@ def _call(*steps) -> rules.UnaryCall:
 
 @pytest.mark.parametrize(("code", "name"), [(0, "OK"), (4, "DeadlineExceeded"), (12, "Unimplemented"), (16, "Unauthenticated"), (17, "Code(17)")])
 def test_code_names_are_go_spelling(code, name):
-    assert rules.code_name(code) == name
+    assert codes.code_name(code) == name
 
 
 def test_status_error_text_is_go_status_error():
@@ -161,12 +162,12 @@ def test_response_split_across_data_frames():
 
 def test_trailers_only_error_is_decoded():
     call = _call(("headers", GRPC_OK_HEADERS + _trailers(5, b"unknown%20service"), True))
-    assert call.result == rules.RpcError(rules.NOT_FOUND, "unknown service")
+    assert call.result == rules.RpcError(codes.NOT_FOUND, "unknown service")
 
 
 def test_error_status_wins_over_a_received_message():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", _response(1), False), ("headers", _trailers(13, b"boom"), True))
-    assert call.result == rules.RpcError(rules.INTERNAL, "boom")
+    assert call.result == rules.RpcError(codes.INTERNAL, "boom")
 
 
 def test_ok_status_without_a_message_is_a_bare_eof_in_grpc_go_1_65():
@@ -177,13 +178,13 @@ def test_ok_status_without_a_message_is_a_bare_eof_in_grpc_go_1_65():
 def test_http_404_html_maps_to_unimplemented():
     call = _call(("headers", [(b":status", b"404"), (b"content-type", b"text/html")], False))
     assert call.result == rules.RpcError(
-        rules.UNIMPLEMENTED,
+        codes.UNIMPLEMENTED,
         'unexpected HTTP status code received from server: 404 (Not Found); '
         'transport: received unexpected content-type "text/html"',
     )
 
 
-@pytest.mark.parametrize(("status", "code"), [(400, rules.INTERNAL), (401, rules.UNAUTHENTICATED), (403, rules.PERMISSION_DENIED), (429, rules.UNAVAILABLE), (502, rules.UNAVAILABLE), (503, rules.UNAVAILABLE), (504, rules.UNAVAILABLE), (500, rules.UNKNOWN), (418, rules.UNKNOWN)])
+@pytest.mark.parametrize(("status", "code"), [(400, codes.INTERNAL), (401, codes.UNAUTHENTICATED), (403, codes.PERMISSION_DENIED), (429, codes.UNAVAILABLE), (502, codes.UNAVAILABLE), (503, codes.UNAVAILABLE), (504, codes.UNAVAILABLE), (500, codes.UNKNOWN), (418, codes.UNKNOWN)])
 def test_http_status_mapping(status, code):
     call = _call(("headers", [(b":status", str(status).encode()), (b"content-type", b"application/grpc")], True))
     assert call.result.code == code
@@ -192,25 +193,25 @@ def test_http_status_mapping(status, code):
 
 def test_200_with_wrong_content_type_is_unknown():
     call = _call(("headers", [(b":status", b"200"), (b"content-type", b"application/json")], False))
-    assert call.result == rules.RpcError(rules.UNKNOWN, 'transport: received unexpected content-type "application/json"')
+    assert call.result == rules.RpcError(codes.UNKNOWN, 'transport: received unexpected content-type "application/json"')
 
 
 def test_missing_content_type_and_status():
     call = _call(("headers", [(b"grpc-status", b"0")], True))
     assert call.result == rules.RpcError(
-        rules.INTERNAL, "malformed header: missing HTTP status; malformed header: missing HTTP content-type"
+        codes.INTERNAL, "malformed header: missing HTTP status; malformed header: missing HTTP content-type"
     )
 
 
 @pytest.mark.parametrize("value", [b"application/grpc+proto", b"application/grpc;charset=utf-8"])
 def test_content_type_subtypes_are_grpc(value):
     call = _call(("headers", [(b":status", b"200"), (b"content-type", value)] + _trailers(5), True))
-    assert call.result.code == rules.NOT_FOUND
+    assert call.result.code == codes.NOT_FOUND
 
 
 def test_malformed_grpc_status():
     call = _call(("headers", GRPC_OK_HEADERS + [(b"grpc-status", b"abc")], True))
-    assert call.result == rules.RpcError(rules.INTERNAL, 'transport: malformed grpc-status: strconv.ParseInt: parsing "abc": invalid syntax')
+    assert call.result == rules.RpcError(codes.INTERNAL, 'transport: malformed grpc-status: strconv.ParseInt: parsing "abc": invalid syntax')
 
 
 def test_out_of_table_grpc_status_prints_as_code_n():
@@ -220,43 +221,43 @@ def test_out_of_table_grpc_status_prints_as_code_n():
 
 def test_oversized_message_fails_as_soon_as_its_length_arrives():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", struct.pack(">BI", 0, 1 << 20), False))
-    assert call.result == rules.RpcError(rules.RESOURCE_EXHAUSTED, f"grpc: received message larger than max ({1 << 20} vs. {rules.MAX_MESSAGE_BYTES})")
+    assert call.result == rules.RpcError(codes.RESOURCE_EXHAUSTED, f"grpc: received message larger than max ({1 << 20} vs. {rules.MAX_MESSAGE_BYTES})")
 
 
 def test_truncated_message_is_unexpected_eof_even_with_an_error_status():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", _response(1)[:6], False), ("headers", _trailers(5), True))
-    assert call.result == rules.RpcError(rules.INTERNAL, "unexpected EOF")
+    assert call.result == rules.RpcError(codes.INTERNAL, "unexpected EOF")
 
 
 def test_second_message_is_a_protocol_violation():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", _response(1) * 2, False), ("headers", _trailers(0), True))
-    assert call.result == rules.RpcError(rules.UNKNOWN, "grpc: client streaming protocol violation: get <nil>, want <EOF>")
+    assert call.result == rules.RpcError(codes.UNKNOWN, "grpc: client streaming protocol violation: get <nil>, want <EOF>")
 
 
 def test_compressed_flag_without_encoding():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", b"\x01" + _response(1)[1:], False), ("headers", _trailers(0), True))
-    assert call.result == rules.RpcError(rules.INTERNAL, "grpc: compressed flag set with identity or empty encoding")
+    assert call.result == rules.RpcError(codes.INTERNAL, "grpc: compressed flag set with identity or empty encoding")
 
 
 def test_data_with_end_stream_and_no_trailers():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("data", _response(1), True))
-    assert call.result == rules.RpcError(rules.INTERNAL, "server closed the stream without sending trailers")
+    assert call.result == rules.RpcError(codes.INTERNAL, "server closed the stream without sending trailers")
 
 
 def test_headers_in_the_middle_of_a_stream():
     call = _call(("headers", GRPC_OK_HEADERS, False), ("headers", [(b"x", b"y")], False))
-    assert call.result == rules.RpcError(rules.INTERNAL, "a HEADERS frame cannot appear in the middle of a stream")
+    assert call.result == rules.RpcError(codes.INTERNAL, "a HEADERS frame cannot appear in the middle of a stream")
 
 
 @pytest.mark.parametrize(
     ("error_code", "deadline_passed", "code", "name"),
     [
-        (8, False, rules.CANCELED, "CANCEL"),
-        (8, True, rules.DEADLINE_EXCEEDED, "CANCEL"),
-        (7, False, rules.UNAVAILABLE, "REFUSED_STREAM"),
-        (11, False, rules.RESOURCE_EXHAUSTED, "ENHANCE_YOUR_CALM"),
-        (2, False, rules.INTERNAL, "INTERNAL_ERROR"),
-        (0x99, False, rules.UNKNOWN, "unknown error code 0x99"),
+        (8, False, codes.CANCELED, "CANCEL"),
+        (8, True, codes.DEADLINE_EXCEEDED, "CANCEL"),
+        (7, False, codes.UNAVAILABLE, "REFUSED_STREAM"),
+        (11, False, codes.RESOURCE_EXHAUSTED, "ENHANCE_YOUR_CALM"),
+        (2, False, codes.INTERNAL, "INTERNAL_ERROR"),
+        (0x99, False, codes.UNKNOWN, "unknown error code 0x99"),
     ],
 )
 def test_rst_stream_mapping(error_code, deadline_passed, code, name):
@@ -266,7 +267,7 @@ def test_rst_stream_mapping(error_code, deadline_passed, code, name):
 
 def test_first_decision_wins():
     call = _call(("headers", GRPC_OK_HEADERS + _trailers(5), True), ("reset", 8, False), ("error", rules.DEADLINE))
-    assert call.result.code == rules.NOT_FOUND
+    assert call.result.code == codes.NOT_FOUND
 
 
 # ---------------------------------------------------------------- kubelet outputs
@@ -284,7 +285,7 @@ def test_other_statuses_are_unhealthy(status, name):
 
 
 def test_unimplemented_output():
-    outcome = rules.check_outcome(rules.RpcError(rules.UNIMPLEMENTED, "Method not found!"), SECOND)
+    outcome = rules.check_outcome(rules.RpcError(codes.UNIMPLEMENTED, "Method not found!"), SECOND)
     assert outcome.output == "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): Method not found!"
     assert outcome.grpc_status == "Unimplemented"
 
@@ -295,7 +296,7 @@ def test_deadline_output_uses_the_probe_timeout():
 
 
 def test_other_errors_output():
-    outcome = rules.check_outcome(rules.RpcError(rules.NOT_FOUND, "unknown service"), SECOND)
+    outcome = rules.check_outcome(rules.RpcError(codes.NOT_FOUND, "unknown service"), SECOND)
     assert outcome.output == "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
     assert rules.check_outcome(rules.BARE_EOF, SECOND).output == "error: health rpc probe failed: EOF"
 

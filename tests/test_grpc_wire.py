@@ -16,6 +16,7 @@ import pytest
 from h2.frame_buffer import FrameBuffer
 
 from cri_proto import grpc_health_pb2 as health_pb
+from probe_api import grpc_codes as codes
 from probe_worker import grpc_rules as rules
 from probe_worker import grpc_wire as wire
 
@@ -171,7 +172,7 @@ def test_a_trailers_only_answer_is_its_status():
     client, server = ready_client()
     answer(server, lambda conn: conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc"),
                                                       ("grpc-status", "5"), ("grpc-message", "no")], end_stream=True))
-    assert client.call.result == rules.RpcError(rules.NOT_FOUND, "no")
+    assert client.call.result == rules.RpcError(codes.NOT_FOUND, "no")
 
 
 def test_the_first_frame_must_be_settings_in_go_words():
@@ -215,7 +216,7 @@ def test_frames_for_other_streams_are_ignored():
     assert client.call.result is None
 
 
-@pytest.mark.parametrize(("remaining_ns", "code"), [(SECOND, rules.CANCELED), (0, rules.DEADLINE_EXCEEDED)])
+@pytest.mark.parametrize(("remaining_ns", "code"), [(SECOND, codes.CANCELED), (0, codes.DEADLINE_EXCEEDED)])
 def test_rst_stream_is_the_call_error(remaining_ns, code):
     client, _ = ready_client()
     client.receive(raw(frames.RstStreamFrame(1, error_code=8)), remaining_ns)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from cri_proto import probe_spec_pb2 as pb
+from probe_api.defaults import LATE_AFTER_NS, is_late
 from probe_worker.scheduling import (
-    LATE_AFTER_NS,
     MAX_GRIDS,
     SKIP_INITIAL_DELAY,
     SKIP_ON_HOLD,
@@ -18,7 +18,6 @@ from probe_worker.scheduling import (
     Ticker,
     gate,
     grid_point,
-    is_late,
 )
 
 LIVENESS, READINESS, STARTUP = pb.LIVENESS, pb.READINESS, pb.STARTUP

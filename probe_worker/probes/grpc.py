@@ -25,6 +25,7 @@ import random
 import socket
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api import grpc_codes as codes
 from probe_worker import grpc_rules as rules
 from probe_worker import grpc_wire as wire
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
@@ -89,7 +90,7 @@ class _Transport:
         budget = rules.MAX_READ_BYTES - self.received
         if budget <= 0:
             return self._fail(rules.RpcError(
-                rules.RESOURCE_EXHAUSTED, f"probe read limit: the server sent more than {rules.MAX_READ_BYTES} bytes"
+                codes.RESOURCE_EXHAUSTED, f"probe read limit: the server sent more than {rules.MAX_READ_BYTES} bytes"
             ))
         try:
             chunk = await loop.sock_recv(self.sock, min(_READ_CHUNK, budget))

@@ -19,10 +19,9 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.validation import effective_timing
-from shim.cri_proxy import upstream_target
+from probe_api.defaults import DEFAULT_ENDPOINT, MAX_MESSAGE_BYTES, longest_attempt_ms
+from probe_api.endpoints import upstream_target
 
-DEFAULT_ENDPOINT = "unix:///run/probe-shim/probe-shim.sock"
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
 CRI_CLIENT_VERSION = "v1"  # what crictl sends in VersionRequest
 
@@ -33,7 +32,7 @@ _CHANNEL_OPTIONS = (
     # The shim is a local socket: an http_proxy in the operator's environment must never capture it.
     ("grpc.enable_http_proxy", 0),
     # 16 MiB like the daemon's server and the kubelet's CRI client: a status listing can be large.
-    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Reconnect within a fraction of a second once a restarted daemon listens again (grpc's default is 1 s+).
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
@@ -182,7 +181,7 @@ class ProbeShimClient:
         """One attempt now in the sandbox. The call's deadline (timeout_s None) leaves room for the attempt:
         the worker tries up to 3 times, each bounded by the probe's timeout, like the kubelet."""
         if timeout_s is None:
-            timeout_s = self.timeout_s + 3 * effective_timing(spec).timeout_ms / 1000
+            timeout_s = self.timeout_s + longest_attempt_ms(spec) / 1000
         request = service_pb.ExecProbeRequest(pod_sandbox_id=pod_sandbox_id, spec=spec, type=probe_type,
                                               container_ports=list(container_ports))
         metadata = [("traceparent", traceparent)] if traceparent else None

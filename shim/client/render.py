@@ -24,14 +24,12 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_duration
+from probe_api.validation import effective_timing
 
 ID_WIDTH = 13
 COLUMN_GAP = "   "
 NONE = "-"
 OUTPUTS = ("table", "json", "yaml")
-
-# Kubernetes defaults for fields left at 0 in a ProbeSpec (see probe_spec.proto).
-_DEFAULT_PERIOD_MS, _DEFAULT_TIMEOUT_MS, _DEFAULT_FAILURES = 10_000, 1_000, 3
 
 
 # --- plain building blocks -------------------------------------------------------------
@@ -171,10 +169,10 @@ def handler_text(spec: spec_pb.ProbeSpec) -> str:
 def timing_text(spec: spec_pb.ProbeSpec) -> str:
     """kubectl describe's probe attributes, with the Kubernetes defaults filled in."""
     ms = 1_000_000
-    return (f"delay={go_duration(spec.initial_delay_ms * ms)} "
-            f"timeout={go_duration((spec.timeout_ms or _DEFAULT_TIMEOUT_MS) * ms)} "
-            f"period={go_duration((spec.period_ms or _DEFAULT_PERIOD_MS) * ms)} "
-            f"#success={spec.success_threshold or 1} #failure={spec.failure_threshold or _DEFAULT_FAILURES}")
+    timing = effective_timing(spec)
+    return (f"delay={go_duration(timing.initial_delay_ms * ms)} timeout={go_duration(timing.timeout_ms * ms)} "
+            f"period={go_duration(timing.period_ms * ms)} "
+            f"#success={timing.success_threshold} #failure={timing.failure_threshold}")
 
 
 def _has_attempt(probe: service_pb.Probe) -> bool:
@@ -238,7 +236,7 @@ def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> st
     bridged = probe.HasField("bridged")
     if bridged:
         state = "held by the kubelet, which runs this handler through the kubelet bridge (ExecSync)"
-        timing = f"timeout={go_duration((spec.timeout_ms or _DEFAULT_TIMEOUT_MS) * 1_000_000)} (period and " \
+        timing = f"timeout={go_duration(effective_timing(spec).timeout_ms * 1_000_000)} (period and " \
                  "thresholds are the kubelet's)"
     else:
         state = f"{state_name(probe.state)} for {age(probe.state_changed_at, now_ns)}"

@@ -1,0 +1,46 @@
+"""The numbers more than one side of the project needs, each written once.
+
+Kubernetes' own probe defaults and limits are validation.py's (they come with the rules that use them); these are
+the kubelet's behaviours the daemon, the client and the worker all count on, and this project's own defaults.
+"""
+
+from __future__ import annotations
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.validation import effective_timing
+
+# The shim's socket. The kubelet, crictl and probectl all talk to it.
+DEFAULT_SOCKET = "/run/probe-shim/probe-shim.sock"
+DEFAULT_ENDPOINT = f"unix://{DEFAULT_SOCKET}"
+
+# The kubelet's and crictl's CRI message limit (cri-client maxMsgSize): the shim serves and forwards no less, and
+# probectl reads status listings up to it.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# Workers parse bytes chosen by pods, so they run as nobody / nogroup by default and never as root.
+WORKER_UID = 65534
+WORKER_GID = 65534
+
+# The kubelet version whose behaviour the engine follows; its User-Agent is kube-probe/<this>.
+KUBELET_VERSION = "1.32"
+
+# pkg/kubelet/prober runProbeWithRetries: an attempt that ends in an error is run again at once, up to this many
+# times in all.
+MAX_TRIES = 3
+
+# An attempt that starts this long after its tick was due is late (probe_shim_attempts_late_total).
+LATE_AFTER_NS = 100_000_000
+
+
+def is_late(scheduled_at_ns: int, started_at_ns: int) -> bool:
+    """Whether an attempt started more than LATE_AFTER_NS after its tick was due.
+
+    Any clock works, the same for both; an attempt without a tick (scheduled_at_ns 0,
+    a one-off ExecProbe) is never late.
+    """
+    return scheduled_at_ns > 0 and started_at_ns - scheduled_at_ns > LATE_AFTER_NS
+
+
+def longest_attempt_ms(spec: spec_pb.ProbeSpec) -> int:
+    """How long one attempt of the spec may take in the worst case: every try to its timeout."""
+    return MAX_TRIES * effective_timing(spec).timeout_ms
