@@ -14,7 +14,7 @@ Three measurements, each comparable between two source trees in the same run
            at a short period: worker CPU (psutil) per attempt, everything included
            (ticker, attempt, report frame).
   daemon   The daemon's side of an attempt in-process: frame decode, then
-           ProbeRegistry.on_event (status board, metrics, trace ids / spans) for
+           ResultsManager.on_event (status board, metrics, trace ids / spans) for
            S sandboxes x 3 probes; CPU per attempt. Stable under
            `valgrind --tool=callgrind` for instruction counts.
   instructions
@@ -300,7 +300,7 @@ def instructions(trees: list[str | None], count: int, period_ms: int, runs: tupl
 # --- daemon CPU per attempt -----------------------------------------------------------------------
 
 
-def _daemon_frames(registry, board, sandboxes: int):
+def _daemon_frames(results, board, sandboxes: int):
     """One encoded attempt report per probe (S sandboxes x HTTP, TCP, gRPC), phases like real attempts."""
     from cri_proto import probe_service_pb2 as service_pb
     from cri_proto import probe_spec_pb2 as spec_pb
@@ -316,8 +316,8 @@ def _daemon_frames(registry, board, sandboxes: int):
     now = time.time_ns()
     for s in range(sandboxes):
         sid = f"{s:064x}"
-        registry._sandbox_info[sid] = SandboxInfo(id=sid, netns_path="/var/run/netns/x", name=f"pod-{s}",
-                                                  namespace="default", uid=f"uid-{s}")
+        results.note_sandbox(SandboxInfo(id=sid, netns_path="/var/run/netns/x", name=f"pod-{s}",
+                                         namespace="default", uid=f"uid-{s}"))
         for kind, spec in specs.items():
             probe_id = f"{sid[:16]}-{kind}"
             req = service_pb.RunProbeRequest(pod_sandbox_id=sid, container_name="app", type=spec_pb.READINESS, spec=spec)
@@ -338,21 +338,21 @@ def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     from cri_proto import probe_worker_pb2 as worker_pb
     from probe_api.worker_protocol import FrameDecoder
     from shim.metrics import ShimMetrics
-    from shim.registry import ProbeRegistry
+    from shim.results import ResultsManager
     from shim.status import StatusBoard
     from shim.tracing import AttemptTracer
 
     board, tracer, metrics = StatusBoard(), AttemptTracer("none"), ShimMetrics()
-    registry = ProbeRegistry(config=None, sandboxes=None, store=None, board=board, tracer=tracer, metrics=metrics)
-    frames = _daemon_frames(registry, board, sandboxes)
+    results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
+    frames = _daemon_frames(results, board, sandboxes)
 
     def run(n: int) -> None:
-        # What the supervisor's _Connection.data_received does per frame, then the registry.
+        # What the supervisor's _Connection.data_received does per frame, then the results manager.
         decoder = FrameDecoder()
         for i in range(n):
             sandbox_id, data = frames[i % len(frames)]
             for payload in decoder.feed(data):
-                registry.on_event(sandbox_id, worker_pb.WorkerEvent.FromString(payload))
+                results.on_event(sandbox_id, worker_pb.WorkerEvent.FromString(payload))
 
     run(min(count, 2000))  # warm-up: every label set exists
     if profile:

@@ -17,6 +17,7 @@ import contextlib
 import gzip
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import h11
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -27,6 +28,9 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import LATE_AFTER_NS
 from shim.bridge.command import ROLES as BRIDGE_ROLES
 from shim.config import ConfigError
+
+if TYPE_CHECKING:  # the value only: results.py is the metrics' caller, not a dependency
+    from shim.results import ProbeLabels
 
 # probeType.String() in prober_manager.go.
 PROBE_TYPE_LABELS = {spec_pb.LIVENESS: "Liveness", spec_pb.READINESS: "Readiness", spec_pb.STARTUP: "Startup"}
@@ -120,11 +124,11 @@ class ShimMetrics:
         self._exposed.register(_WithoutCreated(self.registry))
 
     def observe_attempt(
-        self, probe_type: int, result: int, duration_s: float, *, container: str, pod: str, namespace: str,
-        pod_uid: str, late: bool = False, ticks_missed: int = 0,
+        self, labels: ProbeLabels, result: int, duration_s: float, *, late: bool = False, ticks_missed: int = 0,
     ) -> None:
         """One attempt: its result and duration, whether it started late, the ticks dropped before it."""
-        key = (probe_type_label(probe_type), RESULT_LABELS.get(result, "unknown"), container, pod, namespace, pod_uid)
+        key = (probe_type_label(labels.probe_type), RESULT_LABELS.get(result, "unknown"), labels.container_name,
+               labels.pod_name, labels.pod_namespace, labels.pod_uid)
         series = self._attempt_series.get(key)
         if series is None:
             series = self._attempt_series[key] = self._series_for(*key)
@@ -148,9 +152,11 @@ class ShimMetrics:
             missed=self._missed.labels(*per_probe),
         )
 
-    def forget_probe(self, probe_type: int, *, container: str, pod: str, namespace: str, pod_uid: str) -> None:
+    def forget_probe(self, labels: ProbeLabels) -> None:
         """Drops a removed probe's series, as the kubelet's worker does when it stops."""
-        type_label = probe_type_label(probe_type)
+        type_label = probe_type_label(labels.probe_type)
+        container, pod, namespace, pod_uid = (labels.container_name, labels.pod_name, labels.pod_namespace,
+                                              labels.pod_uid)
         for result_label in ("successful", "failed", "unknown"):
             self._probe_total.remove(type_label, result_label, container, pod, namespace, pod_uid)
         for per_probe in (self._probe_duration, self._late, self._missed):
@@ -178,8 +184,9 @@ class ShimMetrics:
         """Reads the number of watchers at scrape time, so nothing has to poll it."""
         self._watchers.set_function(count)
 
-    def set_probes(self, n: int) -> None:
-        self._probes.set(n)
+    def count_probes_with(self, count: Callable[[], int]) -> None:
+        """Reads the number of registered probes at scrape time, so no change has to update it."""
+        self._probes.set_function(count)
 
     def render(self) -> bytes:
         """The Prometheus text exposition format (0.0.4), as the kubelet serves it."""

@@ -2,8 +2,8 @@
 
 RunProbe and StopProbe land here from the API; the registry writes the store
 first (an acknowledged probe survives a crash), then the status board, then tells
-the supervisor. Worker events come back through `on_event` / `on_worker` and are
-turned into status, spans and metrics. Sandbox life comes from the CRI proxy
+the supervisor. What the workers report goes to the results manager (results.py),
+the supervisor's sink, never back here. Sandbox life comes from the CRI proxy
 (`sandbox_event`) and from the periodic `reconcile`.
 """
 
@@ -17,21 +17,16 @@ from collections.abc import Iterable
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import is_late, longest_attempt_ms
+from probe_api.defaults import longest_attempt_ms
 from shim import requests
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.results import ProbeLabels, ResultsManager
 from shim.sandbox_cache import ResolvedSandboxes
 from shim.store import StoreUnavailable
 from shim.supervisor import SandboxTarget, WorkerRejected
 
 log = logging.getLogger("probe_shim.registry")
 
-_TOTAL_FIELD = {
-    spec_pb.RESULT_SUCCESS: "success",
-    spec_pb.RESULT_WARNING: "warning",
-    spec_pb.RESULT_FAILURE: "failure",
-    spec_pb.RESULT_UNKNOWN: "unknown",
-}
 EXEC_GRACE_S = 5.0
 
 
@@ -105,19 +100,16 @@ def _target(sandbox: SandboxInfo) -> SandboxTarget:
 
 
 class ProbeRegistry:
-    def __init__(self, *, config, sandboxes: SandboxSource, store, board, tracer, metrics) -> None:
+    def __init__(self, *, config, sandboxes: SandboxSource, store, board, supervisor,
+                 results: ResultsManager) -> None:
         self._config = config
         self._sandboxes = sandboxes
         self._exec_sandboxes = ResolvedSandboxes(sandboxes)  # ExecProbe's hot path: no CRI call per attempt
         self._store = store
         self._board = board
-        self._tracer = tracer
-        self._metrics = metrics
-        self.supervisor = None  # set by the daemon: the supervisor's callbacks point back here
+        self._supervisor = supervisor
+        self._results = results
         self._lock = asyncio.Lock()  # registrations change one at a time
-        self._sandbox_info: dict[str, SandboxInfo] = {}
-        self._restarts_seen: dict[str, int] = {}
-        self._traceparents: dict[str, str] = {}
         # Sandboxes the kubelet stopped: a CRI sandbox never runs again, so their workers are never resumed.
         self._stopped: set[str] = set()
 
@@ -140,16 +132,11 @@ class ProbeRegistry:
             await asyncio.to_thread(self._store.save, probe)
             same_container = existing is not None and existing.container_id == probe.container_id
             self._board.put(_with_observed(probe, existing if same_container else None))
-            self._sandbox_info[sandbox.id] = sandbox
-            # The caller's trace parents this probe's attempt spans (kept in memory only).
-            if traceparent:
-                self._traceparents[probe_id] = traceparent
-            else:
-                self._traceparents.pop(probe_id, None)
+            self._results.note_sandbox(sandbox)
+            self._results.set_traceparent(probe_id, traceparent)
             await self._start(sandbox, [probe], start_now=True)
-            worker = self.supervisor.status(sandbox.id)
+            worker = self._supervisor.status(sandbox.id)
             self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
-            self._metrics.set_probes(self._board.count(is_registered))
         log.info("probe registered", extra={"probe_id": probe_id, "sandbox": sandbox.id,
                                             "type": spec_pb.ProbeType.Name(req.type)})
         return probe_id
@@ -179,21 +166,19 @@ class ProbeRegistry:
             container=worker_pb.ContainerRef(ports=req.container_ports),
         )
         timeout_s = longest_attempt_ms(req.spec) / 1000 + EXEC_GRACE_S
-        attempt = await self.supervisor.run_once(_target(sandbox), reg, timeout_s)
-        trace_id, span_id = self._tracer.record(
-            attempt, probe_id="exec", probe_type=reg.type, sandbox_id=sandbox.id, container_name="",
-            pod_name=sandbox.name, pod_namespace=sandbox.namespace, pod_uid=sandbox.uid, traceparent=traceparent,
-            spec=req.spec,
-        )
+        attempt = await self._supervisor.run_once(_target(sandbox), reg, timeout_s)
+        labels = ProbeLabels(probe_id="exec", probe_type=reg.type, sandbox_id=sandbox.id, pod_name=sandbox.name,
+                             pod_namespace=sandbox.namespace, pod_uid=sandbox.uid)
+        trace_id, span_id = self._results.exec_attempt(attempt, labels, req.spec, traceparent)
         return service_pb.ExecProbeResponse(
-            attempt=attempt, trace_id=trace_id, span_id=span_id, worker=self.supervisor.status(sandbox.id)
+            attempt=attempt, trace_id=trace_id, span_id=span_id, worker=self._supervisor.status(sandbox.id)
         )
 
     async def list_sandboxes(self) -> list[service_pb.ProbeSandbox]:
         counts: dict[str, int] = {}
         for probe in self._board.list(service_pb.ProbeFilter()):
             counts[probe.pod_sandbox_id] = counts.get(probe.pod_sandbox_id, 0) + 1
-        known = dict(self._sandbox_info)
+        known = self._results.known_sandboxes()
         if hasattr(self._sandboxes, "list"):  # embedded mode: every netns is a sandbox
             for info in await self._sandboxes.list():
                 known.setdefault(info.id, info)
@@ -202,7 +187,7 @@ class ProbeRegistry:
             info = known.get(sid, SandboxInfo(id=sid, netns_path="", ready=False))
             out.append(service_pb.ProbeSandbox(
                 id=sid, name=info.name, namespace=info.namespace, uid=info.uid, netns_path=info.netns_path,
-                pod_ips=info.pod_ips, probes=counts.get(sid, 0), worker=self.supervisor.status(sid),
+                pod_ips=info.pod_ips, probes=counts.get(sid, 0), worker=self._supervisor.status(sid),
                 ready=info.ready, created_at=info.created_at,
             ))
         return out
@@ -219,7 +204,7 @@ class ProbeRegistry:
             self._stopped.discard(sandbox_id)
         else:
             self._stopped.add(sandbox_id)
-            await self.supervisor.stop_sandbox(sandbox_id)
+            await self._supervisor.stop_sandbox(sandbox_id)
 
     async def reconcile(self) -> None:
         """Drops probes of sandboxes that are gone; starts workers for restored ones still pending.
@@ -236,7 +221,7 @@ class ProbeRegistry:
         except RuntimeUnavailable as exc:
             log.warning("reconcile skipped: %s", exc)
             return
-        running = set(self.supervisor.sandbox_ids())
+        running = set(self._supervisor.sandbox_ids())
         for sid in sorted(sandbox_ids):
             if sid in gone:
                 await self._drop_gone_sandbox(sid, gone[sid])
@@ -245,7 +230,7 @@ class ProbeRegistry:
 
     def _worker_netns(self, sandbox_id: str) -> int:
         """The inode of the netns the sandbox's running worker is in; 0 when no worker runs."""
-        worker = self.supervisor.status(sandbox_id)
+        worker = self._supervisor.status(sandbox_id)
         return worker.netns_inode if worker.state == service_pb.WORKER_RUNNING else 0
 
     def _say_why(self, sandbox_id: str, reason: str) -> None:
@@ -258,7 +243,7 @@ class ProbeRegistry:
 
     async def _drop_gone_sandbox(self, sandbox_id: str, why: str) -> None:
         log.info("sandbox is gone; dropping its probes: %s", why, extra={"sandbox": sandbox_id})
-        await self.supervisor.stop_sandbox(sandbox_id)
+        await self._supervisor.stop_sandbox(sandbox_id)
         async with self._lock:
             self._say_why(sandbox_id, f"sandbox gone: {why}")
             probe_ids = [p.probe_id for p in self._probes_of(sandbox_id)]
@@ -278,7 +263,6 @@ class ProbeRegistry:
             self._board.put(probe)
         for sid in sorted({p.pod_sandbox_id for p in probes}):
             await self._resume_sandbox(sid)
-        self._metrics.set_probes(len(probes))
         log.info("restored %d probes", len(probes))
 
     async def _resume_sandbox(self, sandbox_id: str) -> None:
@@ -294,65 +278,9 @@ class ProbeRegistry:
             return
         if sandbox_id in self._stopped:
             return  # stopped while we asked the runtime: the runtime's READY was stale
-        self._sandbox_info[sandbox_id] = sandbox
+        self._results.note_sandbox(sandbox)
         # Jittered start, as the kubelet does after its own restart: no thundering herd.
         await self._start(sandbox, self._registered_of(sandbox_id), start_now=False)
-
-    # --- worker events -----------------------------------------------------------------
-
-    def on_event(self, sandbox_id: str, event: worker_pb.WorkerEvent) -> None:
-        kind = event.WhichOneof("msg")
-        if kind == "attempt":
-            self._on_attempt(sandbox_id, event.attempt)
-        elif kind == "state_change":
-            change = event.state_change
-            now = time.time_ns()
-
-            def set_state(p: service_pb.Probe) -> None:
-                p.state = change.state
-                p.state_changed_at = now
-
-            self._board.update(change.probe_id, set_state)
-
-    def _on_attempt(self, sandbox_id: str, report: worker_pb.AttemptReport) -> None:
-        probe = self._board.peek(report.probe_id)  # read-only; record_attempt below changes it
-        if probe is None:
-            return  # removed while the attempt was in flight
-        info = self._sandbox_info.get(sandbox_id) or SandboxInfo(id=sandbox_id, netns_path="")
-        attempt = report.attempt
-        trace_id, span_id = self._tracer.record(
-            attempt, probe_id=probe.probe_id, probe_type=probe.type, sandbox_id=sandbox_id,
-            container_name=probe.container_name, pod_name=info.name, pod_namespace=info.namespace, pod_uid=info.uid,
-            spec=probe.spec, traceparent=self._traceparents.get(probe.probe_id),
-        )
-
-        def apply(p: service_pb.Probe) -> None:
-            p.last_attempt.CopyFrom(attempt)
-            p.last_trace_id, p.last_span_id = trace_id, span_id
-            p.consecutive_successes = report.consecutive_successes
-            p.consecutive_failures = report.consecutive_failures
-            p.on_hold = report.on_hold
-            field = _TOTAL_FIELD.get(attempt.result, "unknown")
-            setattr(p.totals, field, getattr(p.totals, field) + 1)
-
-        self._board.record_attempt(probe.probe_id, apply)
-        self._metrics.observe_attempt(
-            probe.type, attempt.result, attempt.duration_ns / 1e9,
-            container=probe.container_name, pod=info.name, namespace=info.namespace, pod_uid=info.uid,
-            late=is_late(attempt.scheduled_at_unix_ns, attempt.started_at_unix_ns), ticks_missed=attempt.ticks_missed,
-        )
-
-    def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
-        for probe in self._probes_of(sandbox_id):
-            self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
-        if status.restarts > self._restarts_seen.get(sandbox_id, 0):
-            self._metrics.inc_worker_restarts()
-        self._restarts_seen[sandbox_id] = status.restarts
-        running = sum(
-            1 for sid in self.supervisor.sandbox_ids()
-            if self.supervisor.status(sid).state == service_pb.WORKER_RUNNING
-        )
-        self._metrics.set_workers(running)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -364,11 +292,6 @@ class ProbeRegistry:
         """The sandbox's registered probes: the ones its worker runs on a schedule and the limits count."""
         return [p for p in self._probes_of(sandbox_id) if is_registered(p)]
 
-    def note_sandbox(self, sandbox: SandboxInfo) -> None:
-        """The kubelet bridge shows a handler of this sandbox: its pod identity labels the handler's metrics,
-        which are dropped with the sandbox's rows like a registered probe's."""
-        self._sandbox_info[sandbox.id] = sandbox
-
     def _check_limits(self, sandbox_id: str) -> None:
         total = self._board.count(is_registered)
         if total >= self._config.max_probes_total:
@@ -378,10 +301,10 @@ class ProbeRegistry:
             raise LimitExceeded(f"sandbox {sandbox_id} already has {in_sandbox} probes (max_probes_per_sandbox)")
 
     async def _start(self, sandbox: SandboxInfo, probes: Iterable[service_pb.Probe], start_now: bool) -> None:
-        await self.supervisor.ensure(_target(sandbox))
+        await self._supervisor.ensure(_target(sandbox))
         for probe in probes:
             try:
-                await self.supervisor.add_probe(sandbox.id, _worker_registration(probe, start_now))
+                await self._supervisor.add_probe(sandbox.id, _worker_registration(probe, start_now))
             except WorkerRejected as exc:  # validated already: a worker of another version?
                 log.error("worker rejected probe %s: %s", probe.probe_id, exc)
 
@@ -394,15 +317,9 @@ class ProbeRegistry:
             if probe is None:
                 continue
             self._board.remove(probe_id)
-            self._traceparents.pop(probe_id, None)
-            await self.supervisor.remove_probe(probe.pod_sandbox_id, probe_id)
-            info = self._sandbox_info.get(probe.pod_sandbox_id)
-            self._metrics.forget_probe(
-                probe.type, container=probe.container_name, pod=info.name if info else "",
-                namespace=info.namespace if info else "", pod_uid=info.uid if info else "",
-            )
-        for sid in list(self._sandbox_info) + list(self._stopped):
+            self._results.probe_removed(probe)
+            await self._supervisor.remove_probe(probe.pod_sandbox_id, probe_id)
+        for sid in list(self._results.known_sandboxes()) + list(self._stopped):
             if not self._probes_of(sid):  # nothing left to remember about a sandbox without probes
-                self._sandbox_info.pop(sid, None)
+                self._results.forget_sandbox(sid)
                 self._stopped.discard(sid)
-        self._metrics.set_probes(self._board.count(is_registered))

@@ -30,7 +30,8 @@ from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.metrics import ShimMetrics
-from shim.registry import ProbeRegistry
+from shim.registry import ProbeRegistry, is_registered
+from shim.results import ResultsManager
 from shim.sandboxes import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
 from shim.status import StatusBoard
@@ -123,18 +124,19 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
 
     upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
     sandboxes = NetnsSandboxes() if upstream is None else CriSandboxes(upstream)
-    registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, tracer=tracer, metrics=metrics)
+    results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
     supervisor = WorkerSupervisor(
         Zygote.start,
-        on_event=registry.on_event,
-        on_worker=registry.on_worker,
+        on_event=results.on_event,
+        on_worker=results.on_worker,
         heartbeat_timeout_s=config.heartbeat_timeout_s,
         user_agent_version=config.user_agent_version,
         run_as_uid=config.worker_uid,
         run_as_gid=config.worker_gid,
     )
     await supervisor.start()  # the zygote, before any grpc object below
-    registry.supervisor = supervisor
+    registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
+                             results=results)
 
     server = grpc.aio.server(options=SERVER_OPTIONS)  # 16 MiB messages, like the kubelet's CRI client
     service_grpc.add_ProbeServiceServicer_to_server(
@@ -149,9 +151,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     )
     if upstream is not None:
         bridge = KubeletBridge(
-            containers=CriContainers(upstream), sandboxes=sandboxes, supervisor=supervisor, board=board,
-            tracer=tracer, metrics=metrics, registry=registry, allow_host_field=config.allow_host_field,
-            hook_timeout_s=config.hook_timeout_s,
+            containers=CriContainers(upstream), sandboxes=sandboxes, supervisor=supervisor, results=results,
+            metrics=metrics, allow_host_field=config.allow_host_field, hook_timeout_s=config.hook_timeout_s,
         )
 
         async def on_sandbox_event(kind: str, sandbox_id: str) -> None:
@@ -170,6 +171,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         await server.start()
         if config.metrics_listen:
             metrics.count_watchers_with(lambda: board.watcher_count)
+            metrics.count_probes_with(lambda: board.count(is_registered))
             metrics_server = await metrics.serve(config.metrics_listen)
             if warning := metrics_exposure_warning(config.metrics_listen):
                 log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})

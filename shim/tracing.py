@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -30,6 +30,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.grpc_codes import CODE_NAMES
 from shim.config import ConfigError
+
+if TYPE_CHECKING:  # the value only: results.py is the tracer's caller, not a dependency
+    from shim.results import ProbeLabels
 
 EXPORTERS = ("none", "console", "otlp")
 OTLP_EXTRA = "cri-probe-shim[otlp]"
@@ -85,14 +88,8 @@ class AttemptTracer:
     def record(
         self,
         attempt: spec_pb.Attempt,
+        labels: ProbeLabels,
         *,
-        probe_id: str,
-        probe_type: int,
-        sandbox_id: str,
-        container_name: str,
-        pod_name: str = "",
-        pod_namespace: str = "",
-        pod_uid: str = "",
         traceparent: str | None = None,
         tracestate: str | None = None,
         spec: spec_pb.ProbeSpec | None = None,
@@ -103,13 +100,10 @@ class AttemptTracer:
         kind = handler_kind(spec)
         start = attempt.started_at_unix_ns
         span = self._tracer.start_span(
-            span_name(probe_type, kind),
+            span_name(labels.probe_type, kind),
             context=parent_context(traceparent, tracestate),
             kind=SpanKind.CLIENT,
-            attributes=attempt_attributes(
-                attempt, probe_id=probe_id, probe_type=probe_type, kind=kind, sandbox_id=sandbox_id,
-                container_name=container_name, pod_name=pod_name, pod_namespace=pod_namespace, pod_uid=pod_uid,
-            ),
+            attributes=attempt_attributes(attempt, labels, kind=kind),
             start_time=start,
         )
         if attempt.result in _FAILED:
@@ -250,30 +244,19 @@ def truncate(text: str, limit: int = MAX_OUTPUT_ATTRIBUTE) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def attempt_attributes(
-    attempt: spec_pb.Attempt,
-    *,
-    probe_id: str,
-    probe_type: int,
-    kind: str,
-    sandbox_id: str,
-    container_name: str,
-    pod_name: str,
-    pod_namespace: str,
-    pod_uid: str,
-) -> dict[str, str | int]:
+def attempt_attributes(attempt: spec_pb.Attempt, labels: ProbeLabels, *, kind: str) -> dict[str, str | int]:
     attributes: dict[str, str | int] = {
-        "probe.id": probe_id,
-        "probe.type": type_name(probe_type),
+        "probe.id": labels.probe_id,
+        "probe.type": type_name(labels.probe_type),
         "probe.result": _RESULT_NAMES.get(attempt.result, str(attempt.result)),
-        "cri.pod_sandbox.id": sandbox_id,
+        "cri.pod_sandbox.id": labels.sandbox_id,
     }
     optional = {
         "probe.kind": kind,
-        "k8s.pod.name": pod_name,
-        "k8s.namespace.name": pod_namespace,
-        "k8s.pod.uid": pod_uid,
-        "k8s.container.name": container_name,
+        "k8s.pod.name": labels.pod_name,
+        "k8s.namespace.name": labels.pod_namespace,
+        "k8s.pod.uid": labels.pod_uid,
+        "k8s.container.name": labels.container_name,
         "probe.output": truncate(attempt.output),
     }
     attributes.update({key: value for key, value in optional.items() if value})

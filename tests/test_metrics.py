@@ -12,8 +12,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
 from shim.metrics import GO_DEFAULT_BUCKETS, ShimMetrics, parse_listen
+from shim.results import ProbeLabels
 
 POD = dict(container="web", pod="web-0", namespace="shop", pod_uid="uid-1")
+
+
+def probe_labels(probe_type: int, *, container: str, pod: str, namespace: str, pod_uid: str) -> ProbeLabels:
+    """A probe's labels, from the metric label values they become."""
+    return ProbeLabels(probe_id="p", probe_type=probe_type, sandbox_id="sb", container_name=container, pod_name=pod,
+                       pod_namespace=namespace, pod_uid=pod_uid)
 
 
 def families(metrics: ShimMetrics) -> dict:
@@ -36,10 +43,10 @@ def total_labels(probe_type: str, result: str, **pod) -> tuple:
 
 def test_each_result_counts_under_the_kubelets_label_values():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.02, **POD)
-    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_FAILURE, 1.0, **POD)
-    m.observe_attempt(spec_pb.STARTUP, spec_pb.RESULT_UNKNOWN, 0.0, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.02)
+    m.observe_attempt(probe_labels(spec_pb.LIVENESS, **POD), spec_pb.RESULT_FAILURE, 1.0)
+    m.observe_attempt(probe_labels(spec_pb.STARTUP, **POD), spec_pb.RESULT_UNKNOWN, 0.0)
     assert samples(m, "prober_probe_total") == {
         total_labels("Readiness", "successful"): 2.0,
         total_labels("Liveness", "failed"): 1.0,
@@ -49,16 +56,16 @@ def test_each_result_counts_under_the_kubelets_label_values():
 
 def test_a_warning_counts_as_successful():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_WARNING, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_WARNING, 0.01)
     assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful"): 1.0}
 
 
 def test_histogram_observes_successes_and_unknowns_but_not_failures_like_worker_go():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.003, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_WARNING, 0.2, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_FAILURE, 7.0, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_UNKNOWN, 0.0, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.003)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_WARNING, 0.2)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_FAILURE, 7.0)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_UNKNOWN, 0.0)
     labels = tuple(sorted({"probe_type": "Readiness", "container": "web", "pod": "web-0", "namespace": "shop"}.items()))
     assert samples(m, "prober_probe_duration_seconds_count") == {labels: 3.0}
     assert samples(m, "prober_probe_duration_seconds_sum")[labels] == pytest.approx(0.203)
@@ -71,7 +78,7 @@ def test_histogram_observes_successes_and_unknowns_but_not_failures_like_worker_
 
 def test_exposition_matches_the_kubelets_shape():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.LIVENESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     text = m.render().decode()
     assert "# TYPE prober_probe_total counter" in text
     assert "# HELP prober_probe_total [ALPHA] Cumulative number of a liveness, readiness or startup probe" in text
@@ -86,7 +93,7 @@ def test_shim_metrics():
     m = ShimMetrics()
     m.set_workers(3)
     m.set_watchers(2)
-    m.set_probes(7)
+    m.count_probes_with(lambda: 7)
     m.inc_worker_restarts()
     m.inc_worker_restarts()
     assert samples(m, "probe_shim_workers") == {(): 3.0}
@@ -101,17 +108,17 @@ def test_forget_probe_removes_its_series_and_keeps_the_others():
     m = ShimMetrics()
     other = dict(POD, container="sidecar")
     for result in (spec_pb.RESULT_SUCCESS, spec_pb.RESULT_FAILURE, spec_pb.RESULT_UNKNOWN):
-        m.observe_attempt(spec_pb.READINESS, result, 0.01, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **other)
-    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
-    m.forget_probe(spec_pb.READINESS, **POD)
+        m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), result, 0.01)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **other), spec_pb.RESULT_SUCCESS, 0.01)
+    m.observe_attempt(probe_labels(spec_pb.LIVENESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
+    m.forget_probe(probe_labels(spec_pb.READINESS, **POD))
     assert samples(m, "prober_probe_total") == {
         total_labels("Readiness", "successful", container="sidecar"): 1.0,
         total_labels("Liveness", "successful"): 1.0,
     }
     assert {dict(k)["container"] + "/" + dict(k)["probe_type"]
             for k in samples(m, "prober_probe_duration_seconds_count")} == {"sidecar/Readiness", "web/Liveness"}
-    m.forget_probe(spec_pb.STARTUP, **POD)  # never observed: nothing to do, no error
+    m.forget_probe(probe_labels(spec_pb.STARTUP, **POD))  # never observed: nothing to do, no error
 
 
 def per_probe_labels(probe_type: str = "Readiness", **pod) -> tuple:
@@ -121,13 +128,13 @@ def per_probe_labels(probe_type: str = "Readiness", **pod) -> tuple:
 
 def test_late_attempts_and_missed_ticks_are_counted_per_probe():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     # A punctual probe shows 0, not an absent series.
     assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels(): 0.0}
     assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels(): 0.0}
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_FAILURE, 2.5, **POD, late=True, ticks_missed=2)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, late=True)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, ticks_missed=-5)  # a bad worker
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_FAILURE, 2.5, late=True, ticks_missed=2)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01, late=True)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01, ticks_missed=-5)  # a bad worker
     assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels(): 2.0}
     assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels(): 2.0}
     assert "probe_shim_attempts_late_created" not in m.render().decode()
@@ -135,18 +142,18 @@ def test_late_attempts_and_missed_ticks_are_counted_per_probe():
 
 def test_forget_probe_removes_its_punctuality_series():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD, late=True, ticks_missed=1)
-    m.observe_attempt(spec_pb.LIVENESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
-    m.forget_probe(spec_pb.READINESS, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01, late=True, ticks_missed=1)
+    m.observe_attempt(probe_labels(spec_pb.LIVENESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
+    m.forget_probe(probe_labels(spec_pb.READINESS, **POD))
     assert samples(m, "probe_shim_attempts_late_total") == {per_probe_labels("Liveness"): 0.0}
     assert samples(m, "probe_shim_ticks_missed_total") == {per_probe_labels("Liveness"): 0.0}
 
 
 def test_a_probe_observed_again_after_forget_counts_from_zero():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
-    m.forget_probe(spec_pb.READINESS, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
+    m.forget_probe(probe_labels(spec_pb.READINESS, **POD))
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful"): 1.0}
     assert list(samples(m, "prober_probe_duration_seconds_count").values()) == [1.0]
 
@@ -156,17 +163,17 @@ def test_forgetting_a_namesake_pod_keeps_the_new_pods_histogram_observing():
     # so both pods' probes share its series; forgetting the old one removes it.
     m = ShimMetrics()
     new_pod = dict(POD, pod_uid="uid-2")
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **new_pod)
-    m.forget_probe(spec_pb.READINESS, **POD)
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **new_pod)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **new_pod), spec_pb.RESULT_SUCCESS, 0.01)
+    m.forget_probe(probe_labels(spec_pb.READINESS, **POD))
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **new_pod), spec_pb.RESULT_SUCCESS, 0.01)
     assert samples(m, "prober_probe_total") == {total_labels("Readiness", "successful", pod_uid="uid-2"): 2.0}
     assert list(samples(m, "prober_probe_duration_seconds_count").values()) == [1.0]
 
 
 def test_metrics_use_a_private_registry():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     assert REGISTRY.get_sample_value("prober_probe_total", {**POD, "probe_type": "Readiness",
                                                              "result": "successful"}) is None
     ShimMetrics()  # a second instance does not collide with the first
@@ -174,7 +181,7 @@ def test_metrics_use_a_private_registry():
 
 def test_render_for_openmetrics_when_asked():
     m = ShimMetrics()
-    m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+    m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     body, content_type = m.render_for("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text")
     assert body.endswith(b"# EOF\n") and b"_created" not in body
@@ -222,7 +229,7 @@ def get(path: str, *extra: str) -> bytes:
 def test_http_endpoint_serves_metrics_on_loopback_and_404_elsewhere():
     async def main():
         m = ShimMetrics()
-        m.observe_attempt(spec_pb.READINESS, spec_pb.RESULT_SUCCESS, 0.01, **POD)
+        m.observe_attempt(probe_labels(spec_pb.READINESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
         server = await m.serve("127.0.0.1:0")
         try:
             ((host, port),) = server.addresses
@@ -251,7 +258,7 @@ def test_http_endpoint_serves_metrics_on_loopback_and_404_elsewhere():
 def test_http_endpoint_gzips_when_the_scraper_accepts_it():
     async def main():
         m = ShimMetrics()
-        m.set_probes(4)
+        m.count_probes_with(lambda: 4)
         server = await m.serve("127.0.0.1:0")
         try:
             port = server.addresses[0][1]

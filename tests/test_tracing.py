@@ -13,6 +13,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
+from shim.results import ProbeLabels
 from shim.tracing import MAX_PHASE_SPANS, AttemptTracer, grpc_status_attributes, split_address
 
 T0 = 1_700_000_000_123_456_789  # attempt start, ns since the epoch
@@ -49,13 +50,12 @@ def make_tracer(**kwargs) -> tuple[AttemptTracer, InMemorySpanExporter]:
 
 
 def record(tracer: AttemptTracer, attempt: spec_pb.Attempt, **overrides) -> tuple[str, str]:
-    args = dict(
-        probe_id="p-1", probe_type=spec_pb.READINESS, sandbox_id="sb-1", container_name="web",
-        pod_name="web-0", pod_namespace="shop", pod_uid="uid-1",
-        spec=spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/a")),
-    )
-    args.update(overrides)
-    return tracer.record(attempt, **args)
+    identity = dict(probe_id="p-1", probe_type=spec_pb.READINESS, sandbox_id="sb-1", container_name="web",
+                    pod_name="web-0", pod_namespace="shop", pod_uid="uid-1")
+    args = dict(spec=spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/a")))
+    for key, value in overrides.items():
+        (identity if key in identity else args)[key] = value
+    return tracer.record(attempt, ProbeLabels(**identity), **args)
 
 
 def by_name(spans, name):

@@ -31,6 +31,7 @@ from shim.bridge.command import BadArguments, BridgedCall, marker_exec, parse_co
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.sandbox_cache import ResolvedSandboxes
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.results import ResultsManager
 from shim.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
 
 log = logging.getLogger("probe_shim.bridge")
@@ -40,10 +41,6 @@ log = logging.getLogger("probe_shim.bridge")
 ANSWER_GRACE_S = 2.0
 DEFAULT_PROBE_TIMEOUT_S = 1  # what the kubelet sends when timeoutSeconds is left out (SetDefaults_Probe)
 
-_TOTAL_FIELD = {spec_pb.RESULT_SUCCESS: "success", spec_pb.RESULT_WARNING: "warning",
-                spec_pb.RESULT_FAILURE: "failure", spec_pb.RESULT_UNKNOWN: "unknown"}
-
-
 def row_id(sandbox_id: str, container_id: str, role: str) -> str:
     """The status board id of a bridged handler: stable for its container, apart from registered probes' ids."""
     digest = hashlib.sha256(f"bridged\0{sandbox_id}\0{container_id}\0{role}".encode()).hexdigest()
@@ -51,15 +48,13 @@ def row_id(sandbox_id: str, container_id: str, role: str) -> str:
 
 
 class KubeletBridge:
-    def __init__(self, *, containers: CriContainers, sandboxes: SandboxSource, supervisor, board, tracer, metrics,
-                 registry, allow_host_field: bool, hook_timeout_s: float) -> None:
+    def __init__(self, *, containers: CriContainers, sandboxes: SandboxSource, supervisor, results: ResultsManager,
+                 metrics, allow_host_field: bool, hook_timeout_s: float) -> None:
         self._containers = containers
         self._sandboxes = ResolvedSandboxes(sandboxes)
         self._supervisor = supervisor
-        self._board = board
-        self._tracer = tracer
-        self._metrics = metrics
-        self._registry = registry  # only told which sandboxes bridged rows live in, for their metrics' labels
+        self._results = results
+        self._metrics = metrics  # the bridge's own counter; attempts go to the results manager
         self._allow_host = allow_host_field
         self._hook_timeout_ms = int(hook_timeout_s * 1000)
 
@@ -126,47 +121,16 @@ class KubeletBridge:
 
     def _record(self, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall, attempt: spec_pb.Attempt,
                 traceparent: str | None) -> None:
-        probe_id = row_id(sandbox.id, container.id, call.role)
-        probe_type = spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type
-        trace_id, span_id = self._tracer.record(
-            attempt, probe_id=probe_id, probe_type=probe_type, sandbox_id=sandbox.id, container_name=container.name,
-            pod_name=container.pod_name, pod_namespace=container.pod_namespace, pod_uid=container.pod_uid,
-            traceparent=traceparent, spec=call.spec,
-        )
-        if not call.is_hook:  # prober_probe_total counts probes; hooks are counted by the bridge's own counter
-            self._metrics.observe_attempt(
-                call.probe_type, attempt.result, attempt.duration_ns / 1e9, container=container.name,
-                pod=container.pod_name, namespace=container.pod_namespace, pod_uid=container.pod_uid,
-            )
-        now = time.time_ns()
-        row = self._board.peek(probe_id)
-        if row is None or row.spec != call.spec:
-            self._registry.note_sandbox(sandbox)
-            self._board.put(self._new_row(probe_id, probe_type, container, sandbox, call, now, row))
-        worker = self._supervisor.status(sandbox.id)
-
-        def apply(probe: service_pb.Probe) -> None:
-            probe.last_attempt.CopyFrom(attempt)
-            probe.last_trace_id, probe.last_span_id = trace_id, span_id
-            probe.bridged.last_exec_at = now
-            probe.worker.CopyFrom(worker)
-            field = _TOTAL_FIELD.get(attempt.result, "unknown")
-            setattr(probe.totals, field, getattr(probe.totals, field) + 1)
-
-        self._board.record_attempt(probe_id, apply)
-
-    @staticmethod
-    def _new_row(probe_id: str, probe_type: int, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall,
-                 now: int, previous: service_pb.Probe | None) -> service_pb.Probe:
+        self._results.note_sandbox(sandbox)
         row = service_pb.Probe(
-            probe_id=probe_id, pod_sandbox_id=sandbox.id, container_id=container.id, container_name=container.name,
-            type=probe_type, spec=call.spec, labels=dict(container.labels), container_ports=container.ports,
-            created_at=previous.created_at if previous is not None else now,
-            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=now),
+            probe_id=row_id(sandbox.id, container.id, call.role), pod_sandbox_id=sandbox.id, container_id=container.id,
+            container_name=container.name, type=spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type,
+            spec=call.spec, labels=dict(container.labels), container_ports=container.ports, created_at=time.time_ns(),
+            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=time.time_ns()),
         )
-        if previous is not None:
-            row.totals.CopyFrom(previous.totals)
-        return row
+        # prober_probe_total counts probes; hooks are counted by the bridge's own counter.
+        self._results.bridged_attempt(row, attempt, traceparent, counts_as_probe=not call.is_hook,
+                                      worker=self._supervisor.status(sandbox.id))
 
 
 def _log_fields(container: ContainerInfo) -> dict[str, str]:
