@@ -2,7 +2,8 @@
 
 Error mapping (one place): invalid request -> INVALID_ARGUMENT with every field error;
 unknown sandbox -> NOT_FOUND; sandbox not ready -> FAILED_PRECONDITION; limits ->
-RESOURCE_EXHAUSTED; runtime or worker not answering, or a state dir that cannot be written -> UNAVAILABLE.
+RESOURCE_EXHAUSTED; runtime or worker not answering, or a state dir that cannot be written -> UNAVAILABLE;
+anything else is a bug of ours -> INTERNAL naming it (logged), never grpc's bare UNKNOWN.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def _status_errors(method):
             code = next(code for kind, code in _CODES if isinstance(exc, kind))
             # asyncio's TimeoutError carries no text; the caller still deserves a sentence.
             await context.abort(code, str(exc) or f"{method.__name__}: the worker did not answer in time")
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # a bug, not the caller's fault: INTERNAL with what it was, never a bare UNKNOWN
+            log.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__} failed: {exc!r}")
 
     return wrapper
 
@@ -73,6 +79,7 @@ class ProbeServicer(service_grpc.ProbeServiceServicer):
     async def StopProbe(self, request, context):
         return service_pb.StopProbeResponse(stopped_probe_ids=await self._registry.stop_probe(request))
 
+    @_status_errors
     async def ProbeStatus(self, request, context):
         return service_pb.ProbeStatusResponse(
             probes=self._board.list(request.filter), instance_id=self._board.instance_id, revision=self._board.revision
@@ -88,9 +95,11 @@ class ProbeServicer(service_grpc.ProbeServiceServicer):
     async def ExecProbe(self, request, context):
         return await self._registry.exec_probe(request, _traceparent(context))
 
+    @_status_errors
     async def ListProbeSandboxes(self, request, context):
         return service_pb.ListProbeSandboxesResponse(sandboxes=await self._registry.list_sandboxes())
 
+    @_status_errors
     async def ShimVersion(self, request, context):
         return service_pb.ShimVersionResponse(
             version=SHIM_VERSION, api_version=API_VERSION, instance_id=self._instance_id,

@@ -177,9 +177,6 @@ class ShimMetrics:
     def inc_worker_restarts(self) -> None:
         self._worker_restarts.inc()
 
-    def set_watchers(self, n: int) -> None:
-        self._watchers.set(n)
-
     def count_watchers_with(self, count: Callable[[], int]) -> None:
         """Reads the number of watchers at scrape time, so nothing has to poll it."""
         self._watchers.set_function(count)

@@ -18,7 +18,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import longest_attempt_ms
-from shim import requests
+from shim import request_rules as rules
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
 from shim.results import ProbeLabels, ResultsManager
 from shim.sandbox_cache import ResolvedSandboxes
@@ -116,15 +116,15 @@ class ProbeRegistry:
     # --- API -----------------------------------------------------------------------
 
     async def run_probe(self, req: service_pb.RunProbeRequest, traceparent: str | None = None) -> str:
-        errors = requests.validate_run_probe(req, self._config.allow_host_field)
+        errors = rules.validate_run_probe(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
-        if requests.uses_host_field(req.spec):
+        if rules.uses_host_field(req.spec):
             log.warning("probe uses the host field (allowed by config)",
-                        extra={"sandbox": req.pod_sandbox_id, "container": requests.container_key(req)})
+                        extra={"sandbox": req.pod_sandbox_id, "container": rules.container_key(req)})
         sandbox = await self._sandboxes.resolve(req.pod_sandbox_id)
         async with self._lock:
-            probe_id = requests.probe_id_for(sandbox.id, requests.container_key(req), req.type)
+            probe_id = rules.probe_id_for(sandbox.id, rules.container_key(req), req.type)
             existing = self._board.get(probe_id)
             if existing is None:
                 self._check_limits(sandbox.id)
@@ -142,7 +142,7 @@ class ProbeRegistry:
         return probe_id
 
     async def stop_probe(self, req: service_pb.StopProbeRequest) -> list[str]:
-        errors = requests.validate_stop_probe(req)
+        errors = rules.validate_stop_probe(req)
         if errors:
             raise InvalidRequest(errors)
         async with self._lock:
@@ -157,7 +157,7 @@ class ProbeRegistry:
         return ids
 
     async def exec_probe(self, req: service_pb.ExecProbeRequest, traceparent: str | None) -> service_pb.ExecProbeResponse:
-        errors = requests.validate_exec_probe(req, self._config.allow_host_field)
+        errors = rules.validate_exec_probe(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
         sandbox = await self._exec_sandboxes.resolve(req.pod_sandbox_id)
@@ -179,9 +179,8 @@ class ProbeRegistry:
         for probe in self._board.list(service_pb.ProbeFilter()):
             counts[probe.pod_sandbox_id] = counts.get(probe.pod_sandbox_id, 0) + 1
         known = self._results.known_sandboxes()
-        if hasattr(self._sandboxes, "list"):  # embedded mode: every netns is a sandbox
-            for info in await self._sandboxes.list():
-                known.setdefault(info.id, info)
+        for info in await self._sandboxes.list():
+            known.setdefault(info.id, info)
         out = []
         for sid in sorted(set(known) | set(counts)):
             info = known.get(sid, SandboxInfo(id=sid, netns_path="", ready=False))

@@ -62,6 +62,11 @@ class SandboxSource(Protocol):
         runtime does not answer: an unreachable runtime says nothing about its sandboxes."""
         ...
 
+    async def list(self) -> list[SandboxInfo]:
+        """The sandboxes to show even without probes (ListProbeSandboxes): every netns in the embedded mode;
+        none with a runtime, whose own list probectl asks for and merges."""
+        ...
+
 
 def _network_path(info: Mapping) -> str:
     spec_namespaces = info.get("runtimeSpec", {}).get("linux", {}).get("namespaces", [])
@@ -166,7 +171,15 @@ class NetnsSandboxes:
             names = sorted(os.listdir(NETNS_DIR))
         except FileNotFoundError:
             return []
-        return [await self.resolve(name) for name in names]
+        out = []
+        for name in names:
+            try:
+                out.append(await self.resolve(name))
+            except SandboxNotReady:  # the node's own netns (`ip netns attach host 1`): listed, never probed
+                out.append(SandboxInfo(id=name, netns_path=netns_path_for(name), name=name, ready=False))
+            except SandboxNotFound:
+                pass  # deleted since listdir
+        return out
 
 
 class CriSandboxes:
@@ -183,11 +196,6 @@ class CriSandboxes:
             f"{RUNTIME_SERVICE}/ListPodSandbox",
             request_serializer=cri_pb.ListPodSandboxRequest.SerializeToString,
             response_deserializer=cri_pb.ListPodSandboxResponse.FromString,
-        )
-        self._version = channel.unary_unary(
-            f"{RUNTIME_SERVICE}/Version",
-            request_serializer=cri_pb.VersionRequest.SerializeToString,
-            response_deserializer=cri_pb.VersionResponse.FromString,
         )
 
     async def resolve(self, sandbox_id: str) -> SandboxInfo:
@@ -212,6 +220,9 @@ class CriSandboxes:
         return {sid: sandbox_gone_reason(items.get(sid)) for sid in sandboxes
                 if sid not in items or items[sid].state != cri_pb.SANDBOX_READY}
 
+    async def list(self) -> list[SandboxInfo]:
+        return []  # the runtime's own ListPodSandbox is the list: probectl pods merges it with the shim's
+
     async def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox]:
         try:
             response = await self._list(cri_pb.ListPodSandboxRequest(), timeout=self._timeout)
@@ -219,5 +230,3 @@ class CriSandboxes:
             raise RuntimeUnavailable(f"ListPodSandbox: {exc.code().name}: {exc.details()}") from None
         return list(response.items)
 
-    async def version(self) -> cri_pb.VersionResponse:
-        return await self._version(cri_pb.VersionRequest(version="v1"), timeout=self._timeout)

@@ -35,7 +35,7 @@ from shim.results import ResultsManager
 from shim.sandboxes import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
 from shim.status import StatusBoard
-from shim.store import ProbeStore, StoreCorrupt
+from shim.store import DEFAULT_FILENAME, ProbeStore, StoreCorrupt
 from shim.supervisor import WorkerSupervisor
 from shim.tracing import AttemptTracer
 from shim.zygote import Zygote
@@ -117,7 +117,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
     _prepare_socket_path(config.socket_path)
     # The store creates the state dir (0700); StoreError (exit 1, one line) if it cannot be used.
-    store = _open_store(os.path.join(config.state_dir, "probes.db"))
+    store = _open_store(os.path.join(config.state_dir, DEFAULT_FILENAME))
     board = StatusBoard()
     tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
     metrics = ShimMetrics()

@@ -226,10 +226,6 @@ class ProbeStore:
             self.close()
             raise
 
-    @classmethod
-    def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> ProbeStore:
-        return cls(Path(state_dir) / DEFAULT_FILENAME)
-
     # --- API ---------------------------------------------------------------------------
 
     def save(self, probe: service_pb.Probe) -> None:

@@ -41,7 +41,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
 from probe_worker.channel import BlockingChannel
-from shim.zygote_memory import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
+from shim.zygote_prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
 
 log = logging.getLogger("shim.zygote")
 
@@ -222,7 +222,7 @@ def _warm_up_once() -> None:
 
 
 def _warm_up(relocate: bool) -> None:
-    """Runs the worker's code here, before any fork (shim/zygote_memory.py says why). With
+    """Runs the worker's code here, before any fork (shim/zygote_prefork.py says why). With
     relocate, a first, profiled run finds the code a worker runs, that code is copied into
     fresh pages, packed (fill the holes first, or the copies would land in them), and the
     second run warms the copies up."""

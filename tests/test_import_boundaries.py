@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.netns_env import REPO_ROOT
 
-SPAWNING = {"shim/zygote.py", "shim/zygote_memory.py"}
+SPAWNING = {"shim/zygote.py", "shim/zygote_prefork.py"}
 CONTRACT_MAY_IMPORT = {"google", "cri_proto", "probe_api"}
 
 

@@ -92,7 +92,7 @@ def test_exposition_matches_the_kubelets_shape():
 def test_shim_metrics():
     m = ShimMetrics()
     m.set_workers(3)
-    m.set_watchers(2)
+    m.count_watchers_with(lambda: 2)
     m.count_probes_with(lambda: 7)
     m.inc_worker_restarts()
     m.inc_worker_restarts()

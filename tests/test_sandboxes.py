@@ -79,6 +79,15 @@ def test_embedded_mode_refuses_the_nodes_own_netns():
         asyncio.run(NetnsSandboxes().resolve(f"/proc/{os.getpid()}/ns/net"))
 
 
+def test_embedded_mode_lists_the_nodes_own_netns_as_not_ready_instead_of_failing(tmp_path, monkeypatch):
+    # `ip netns attach host 1` puts the node's own netns under /var/run/netns: listed, never probed.
+    monkeypatch.setattr(sandboxes, "NETNS_DIR", str(tmp_path))
+    (tmp_path / "pod-a").write_text("")  # a plain file stands in for a pod's netns file
+    (tmp_path / "host").symlink_to(f"/proc/{os.getpid()}/ns/net")
+    listed = {info.id: info.ready for info in asyncio.run(NetnsSandboxes().list())}
+    assert listed == {"host": False, "pod-a": True}
+
+
 def test_embedded_mode_unknown_netns_is_not_found():
     with pytest.raises(SandboxNotFound, match="no network namespace at /var/run/netns/cps-nope"):
         asyncio.run(NetnsSandboxes().resolve("cps-nope"))

@@ -321,11 +321,6 @@ def test_an_existing_world_readable_database_is_tightened(db_path):
     assert stat.S_IMODE(db_path.stat().st_mode) == 0o600
 
 
-def test_in_state_dir_uses_the_conventional_file_name(tmp_path):
-    with ProbeStore.in_state_dir(tmp_path / "state") as store:
-        assert store.path == tmp_path / "state" / "probes.db"
-
-
 def test_closed_store_refuses_calls_and_close_is_idempotent(db_path):
     store = ProbeStore(db_path)
     store.close()

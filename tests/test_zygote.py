@@ -22,7 +22,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
 from shim.supervisor import set_child_subreaper
 from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
-from shim.zygote_memory import executed_code, relocate_code
+from shim.zygote_prefork import executed_code, relocate_code
 from tests.import_report import import_report
 from tests.netns_env import REPO_ROOT
 
@@ -221,7 +221,7 @@ def test_filling_memory_holes_takes_the_free_blocks_and_chunks():
     code = (
         "import gc, json\n"
         "gc.disable()\n"
-        "from shim import zygote_memory as w\n"
+        "from shim import zygote_prefork as w\n"
         "before = w.pymalloc_free_blocks(); malloc_before = w.malloc_free_bytes()\n"
         "filled = w.fill_pool_holes(); taken = w.fill_malloc_holes()\n"
         "after = w.pymalloc_free_blocks()\n"

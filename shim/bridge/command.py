@@ -23,7 +23,7 @@ The kubelet expands `$(VAR)` in an exec probe's command from the container's sta
 writes every `$` of a probe's JSON as `$$`, which the kubelet's expansion turns back into exactly what was written.
 
 Errors name the field in Kubernetes' words (`httpGet.port: Invalid value: 0: must be between 1 and 65535,
-inclusive`), with RunProbe's validation and `host` gate (shim/requests.py).
+inclusive`), with RunProbe's validation and `host` gate (shim/request_rules.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from probe_api.gostrings import go_quote
 from probe_api.validation import validate_probe
 from shim.client import specs
 from shim.client.manifest import InvalidField, handler_spec, kubernetes_error
-from shim.requests import bounded, host_field_errors
+from shim.request_rules import bounded, host_field_errors
 
 MARKER = "cri-probe-shim"
 PROBE_ROLES: dict[str, int] = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS,

@@ -18,7 +18,7 @@ once parsed, key order included.
 
 What convert leaves, the API server still validates; what it rewrites, the API server no longer sees. So each
 rewritten handler is validated here as the shim will validate the command (parse_command: RunProbe's rules, named
-ports against the container's ports), and `host` is refused (blind SSRF, shim/requests.py HOST_GATE) unless
+ports against the container's ports), and `host` is refused (blind SSRF, shim/request_rules.py HOST_GATE) unless
 allow_host: the daemon refuses it too unless its config allows it. A pod spec with `hostNetwork: true` is left as it
 is, with a note: there the pod's netns is the node's, where the kubelet's own probes already run, and the shim never
 probes the node's netns. Any error means no output at all, as kubectl applies nothing from an invalid manifest.
@@ -55,7 +55,7 @@ from shim.client.manifest import (
 OUTPUTS = ("yaml", "json")
 PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  # livenessProbe -> liveness
 
-# The wording of shim/requests.py HOST_GATE, for a manifest: here the gate is --allow-host, and behind it the daemon's.
+# The wording of shim/request_rules.py HOST_GATE, for a manifest: here the gate is --allow-host, and behind it the daemon's.
 HOST_FORBIDDEN = (
     "Forbidden: the host field makes the runtime connect to any address the node can reach "
     "(blind SSRF around NetworkPolicy, kubernetes#99425), and the shim refuses it unless its config sets "

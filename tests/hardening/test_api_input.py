@@ -3,7 +3,7 @@ nothing crashes or leaks, the host field is gated (also as probectl shows it), a
 
 The daemon is a real `probe-shim serve --runtime-endpoint none`; sandboxes are real network namespaces
 with a listener inside, so requests that pass validation really register probes and run attempts.
-The expected answer for each request is computed by the pure validators (shim.requests), so the
+The expected answer for each request is computed by the pure validators (shim.request_rules), so the
 property tests check that the daemon says exactly what validation says, and never anything else.
 """
 
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import validation
-from shim import requests
+from shim import request_rules as rules
 from tests.daemon_env import DaemonProcess, run, status, tcp_spec
 from tests.netns_env import REPO_ROOT, PodNetns, listen
 
@@ -209,7 +209,7 @@ def test_bad_run_probe_is_invalid_argument_naming_the_field(api_daemon, netns, c
     code, details, _ = call(api_daemon.stub.RunProbe, request)
     assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
     assert expected in details
-    assert_answer_is(details, requests.validate_run_probe(request, allow_host=False))
+    assert_answer_is(details, rules.validate_run_probe(request, allow_host=False))
 
 
 @pytest.mark.parametrize("case", ["header value with CR LF", "relative path", "tcp port 0", "absurd timeout",
@@ -228,15 +228,15 @@ def test_error_text_is_bounded_however_many_fields_are_wrong(api_daemon, netns):
     request = run_request(netns, spec, labels={"k" * 300: "v"})
     code, details, _ = call(api_daemon.stub.RunProbe, request)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert len(details.encode()) <= requests.MAX_ERRORS_BYTES + 64
+    assert len(details.encode()) <= rules.MAX_ERRORS_BYTES + 64
     assert MORE_ERRORS_RE.match(details.split("; ")[-1]), details[-200:]
-    assert_answer_is(details, requests.validate_run_probe(request, allow_host=False))
+    assert_answer_is(details, rules.validate_run_probe(request, allow_host=False))
 
 
 def test_thresholds_of_zero_mean_the_kubernetes_defaults(api_daemon, netns):
     """proto3 cannot tell 0 from unset: 0 is the API server's default (success 1, failure 3), never "0 in a row"."""
     closed_port = 1  # nothing listens: every attempt fails
-    probe_id = requests.probe_id_for(netns.name, "zero-thresholds", spec_pb.LIVENESS)
+    probe_id = rules.probe_id_for(netns.name, "zero-thresholds", spec_pb.LIVENESS)
     stream = api_daemon.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(
         filter=service_pb.ProbeFilter(probe_id=probe_id), every_attempt=True), timeout=15)
     attempts = []
@@ -521,18 +521,18 @@ def accepted_answer(rpc, request, expected: list[str], tally: Tally, verb: str):
 
 
 def answer_run_probe(daemon, request, tally: Tally) -> None:
-    expected = requests.validate_run_probe(request, allow_host=False)
+    expected = rules.validate_run_probe(request, allow_host=False)
     answer = accepted_answer(daemon.stub.RunProbe, request, expected, tally, "run")
     if answer is None:
         return
-    assert answer.probe_id == requests.probe_id_for(request.pod_sandbox_id, requests.container_key(request),
+    assert answer.probe_id == rules.probe_id_for(request.pod_sandbox_id, rules.container_key(request),
                                                      request.type)
     stopped = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=answer.probe_id), timeout=RPC_TIMEOUT_S)
     assert list(stopped.stopped_probe_ids) == [answer.probe_id]
 
 
 def answer_exec_probe(daemon, request, tally: Tally) -> None:
-    expected = requests.validate_exec_probe(request, allow_host=False)
+    expected = rules.validate_exec_probe(request, allow_host=False)
     answer = accepted_answer(daemon.stub.ExecProbe, request, expected, tally, "exec")
     if answer is None:
         return

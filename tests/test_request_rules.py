@@ -5,7 +5,7 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import validation as v
-from shim import requests
+from shim import request_rules as rules
 
 
 def http_spec(**kw):
@@ -19,18 +19,18 @@ def run_request(**kw):
 
 
 def test_a_valid_request_has_no_errors():
-    assert requests.validate_run_probe(run_request(), allow_host=False) == []
+    assert rules.validate_run_probe(run_request(), allow_host=False) == []
 
 
 def test_missing_identity_fields_are_named():
-    errors = requests.validate_run_probe(run_request(pod_sandbox_id="", container_name=""), allow_host=False)
+    errors = rules.validate_run_probe(run_request(pod_sandbox_id="", container_name=""), allow_host=False)
     assert errors[0] == "pod_sandbox_id: Required value"
     assert errors[1].startswith("container_name: Required value")
 
 
 def test_spec_errors_carry_the_spec_path():
     spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=70000)))
-    errors = requests.validate_run_probe(run_request(spec=spec), allow_host=False)
+    errors = rules.validate_run_probe(run_request(spec=spec), allow_host=False)
     assert errors == ["spec.tcp_socket.port: Invalid value: 70000: must be between 1 and 65535, inclusive"]
 
 
@@ -39,18 +39,18 @@ def test_spec_errors_carry_the_spec_path():
     (spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=1), host="db")), "spec.tcp_socket.host"),
 ])
 def test_host_field_is_gated_with_an_explanation(spec, path):
-    (error,) = requests.validate_run_probe(run_request(spec=spec), allow_host=False)
+    (error,) = rules.validate_run_probe(run_request(spec=spec), allow_host=False)
     assert error.startswith(f"{path}: Forbidden:") and "SSRF" in error and "allow_host_field" in error
-    assert requests.validate_run_probe(run_request(spec=spec), allow_host=True) == []
-    assert requests.uses_host_field(spec)
+    assert rules.validate_run_probe(run_request(spec=spec), allow_host=True) == []
+    assert rules.uses_host_field(spec)
 
 
 def test_exec_defaults_to_readiness_rules():
     req = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=http_spec())
-    assert requests.validate_exec_probe(req, allow_host=False) == []
+    assert rules.validate_exec_probe(req, allow_host=False) == []
     liveness = service_pb.ExecProbeRequest(pod_sandbox_id="sb", type=spec_pb.LIVENESS,
                                            spec=spec_pb.ProbeSpec(http_get=http_spec().http_get, success_threshold=2))
-    assert requests.validate_exec_probe(liveness, allow_host=False) == ["spec.success_threshold: Invalid value: 2: must be 1"]
+    assert rules.validate_exec_probe(liveness, allow_host=False) == ["spec.success_threshold: Invalid value: 2: must be 1"]
 
 
 @pytest.mark.parametrize("req, error", [
@@ -59,22 +59,22 @@ def test_exec_defaults_to_readiness_rules():
     (service_pb.StopProbeRequest(probe_id="p", pod_sandbox_id="sb"), "probe_id: Forbidden"),
 ])
 def test_stop_needs_exactly_one_selector(req, error):
-    (got,) = requests.validate_stop_probe(req)
+    (got,) = rules.validate_stop_probe(req)
     assert got.startswith(error)
 
 
 def test_stop_selectors_that_are_fine():
     for req in (service_pb.StopProbeRequest(probe_id="p"), service_pb.StopProbeRequest(pod_sandbox_id="sb"),
                 service_pb.StopProbeRequest(pod_sandbox_id="sb", container_id="c")):
-        assert requests.validate_stop_probe(req) == []
+        assert rules.validate_stop_probe(req) == []
 
 
 def test_probe_ids_are_stable_and_distinct():
-    a = requests.probe_id_for("sb", "app", spec_pb.READINESS)
-    assert a == requests.probe_id_for("sb", "app", spec_pb.READINESS)
+    a = rules.probe_id_for("sb", "app", spec_pb.READINESS)
+    assert a == rules.probe_id_for("sb", "app", spec_pb.READINESS)
     assert a.startswith("readiness-")
-    others = {requests.probe_id_for("sb", "app", spec_pb.LIVENESS), requests.probe_id_for("sb2", "app", spec_pb.READINESS),
-              requests.probe_id_for("sb", "app2", spec_pb.READINESS)}
+    others = {rules.probe_id_for("sb", "app", spec_pb.LIVENESS), rules.probe_id_for("sb2", "app", spec_pb.READINESS),
+              rules.probe_id_for("sb", "app2", spec_pb.READINESS)}
     assert a not in others and len(others) == 3
 
 
@@ -99,13 +99,13 @@ def test_probe_ids_are_stable_and_distinct():
       "container_ports[0].protocol: Too long: may not be more than 8 bytes"]),
 ])
 def test_request_fields_are_bounded(fields, expected):
-    assert requests.validate_run_probe(run_request(**fields), allow_host=False) == expected
+    assert rules.validate_run_probe(run_request(**fields), allow_host=False) == expected
 
 
 def test_exec_checks_sandbox_and_ports_too():
     req = service_pb.ExecProbeRequest(pod_sandbox_id="s" * 300, spec=http_spec(),
                                       container_ports=[spec_pb.ContainerPort(name="p" * 16)])
-    assert requests.validate_exec_probe(req, allow_host=False) == [
+    assert rules.validate_exec_probe(req, allow_host=False) == [
         "pod_sandbox_id: Too long: may not be more than 256 bytes",
         "container_ports[0].name: Too long: may not be more than 15 bytes"]
 
@@ -117,26 +117,26 @@ def test_the_largest_valid_request_stays_small():
         path="/" + "p" * (v.MAX_PATH_BYTES - 1), host="h" * v.MAX_HOST_BYTES, port=spec_pb.PortRef(name="p" * 15),
         http_headers=[spec_pb.HTTPHeader(name="X-A", value=header_value)] * 4))
     req = run_request(
-        pod_sandbox_id="s" * requests.MAX_ID_BYTES, container_id="c" * requests.MAX_ID_BYTES,
-        container_name="n" * requests.MAX_CONTAINER_NAME_BYTES, spec=spec,
-        labels={f"{i:03d}" + "k" * (requests.MAX_LABEL_KEY_BYTES - 3): "v" * requests.MAX_LABEL_VALUE_BYTES
-                for i in range(requests.MAX_LABELS)},
+        pod_sandbox_id="s" * rules.MAX_ID_BYTES, container_id="c" * rules.MAX_ID_BYTES,
+        container_name="n" * rules.MAX_CONTAINER_NAME_BYTES, spec=spec,
+        labels={f"{i:03d}" + "k" * (rules.MAX_LABEL_KEY_BYTES - 3): "v" * rules.MAX_LABEL_VALUE_BYTES
+                for i in range(rules.MAX_LABELS)},
         container_ports=[spec_pb.ContainerPort(name="p" * 15, container_port=65535, protocol="SCTP")]
-        * requests.MAX_CONTAINER_PORTS)
-    assert requests.validate_run_probe(req, allow_host=True) == []
+        * rules.MAX_CONTAINER_PORTS)
+    assert rules.validate_run_probe(req, allow_host=True) == []
     assert req.ByteSize() < 64 << 10
 
 
 def test_errors_are_bounded_and_the_rest_counted():
     errors = [f"spec.x[{i}]: " + "e" * 100 for i in range(100)]
-    kept = requests.bounded(errors)
-    assert len("; ".join(kept).encode()) <= requests.MAX_ERRORS_BYTES + 32
+    kept = rules.bounded(errors)
+    assert len("; ".join(kept).encode()) <= rules.MAX_ERRORS_BYTES + 32
     assert kept[:-1] == errors[:len(kept) - 1] and kept[-1] == f"and {100 - len(kept) + 1} more errors"
-    assert requests.bounded(errors[:3]) == errors[:3]
-    assert requests.bounded(["x" * 10_000]) == ["x" * 10_000]  # the first error is always kept
+    assert rules.bounded(errors[:3]) == errors[:3]
+    assert rules.bounded(["x" * 10_000]) == ["x" * 10_000]  # the first error is always kept
 
 
 def test_no_error_text_contains_the_separator():
     """Errors are joined with "; ": a message that contains it would read as two errors."""
-    assert "; " not in requests.HOST_GATE
-    assert "kubernetes#99425" in requests.HOST_GATE
+    assert "; " not in rules.HOST_GATE
+    assert "kubernetes#99425" in rules.HOST_GATE
