@@ -327,7 +327,7 @@ def _daemon_frames(results, board, sandboxes: int):
             attempt = spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS, started_at_unix_ns=now, duration_ns=400_000,
                                       address="198.18.0.2:8080", phases=phases,
                                       http_status_code=200 if kind == "http" else 0,
-                                      grpc_status="SERVING" if kind == "grpc" else "")
+                                      grpc_serving_status=spec_pb.GRPC_SERVING if kind == "grpc" else 0)
             event = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
                 probe_id=probe_id, attempt=attempt, state=spec_pb.STATE_SUCCESS, consecutive_successes=5))
             frames.append((sid, encode(event)))

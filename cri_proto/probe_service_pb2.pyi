@@ -88,7 +88,7 @@ class StopProbeResponse(_message.Message):
     def __init__(self, stopped_probe_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProbeFilter(_message.Message):
-    __slots__ = ("probe_id", "pod_sandbox_id", "container_id", "type", "label_selector")
+    __slots__ = ("probe_id", "pod_sandbox_id", "container_id", "type", "label_selector", "container", "state")
     class LabelSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,12 +101,16 @@ class ProbeFilter(_message.Message):
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     pod_sandbox_id: str
     container_id: str
     type: _probe_spec_pb2.ProbeType
     label_selector: _containers.ScalarMap[str, str]
-    def __init__(self, probe_id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., container_id: _Optional[str] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    container: str
+    state: _probe_spec_pb2.ProbeState
+    def __init__(self, probe_id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., container_id: _Optional[str] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., container: _Optional[str] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("state", "pid", "netns_path", "netns_inode", "restarts", "last_error", "started_at")

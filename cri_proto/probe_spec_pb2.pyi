@@ -43,6 +43,14 @@ class ProbeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATE_UNKNOWN: _ClassVar[ProbeState]
     STATE_SUCCESS: _ClassVar[ProbeState]
     STATE_FAILURE: _ClassVar[ProbeState]
+
+class GRPCServingStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GRPC_SERVING_STATUS_UNSET: _ClassVar[GRPCServingStatus]
+    GRPC_UNKNOWN: _ClassVar[GRPCServingStatus]
+    GRPC_SERVING: _ClassVar[GRPCServingStatus]
+    GRPC_NOT_SERVING: _ClassVar[GRPCServingStatus]
+    GRPC_SERVICE_UNKNOWN: _ClassVar[GRPCServingStatus]
 PROBE_TYPE_UNSPECIFIED: ProbeType
 LIVENESS: ProbeType
 READINESS: ProbeType
@@ -62,6 +70,11 @@ RESULT_FAILURE: AttemptResult
 STATE_UNKNOWN: ProbeState
 STATE_SUCCESS: ProbeState
 STATE_FAILURE: ProbeState
+GRPC_SERVING_STATUS_UNSET: GRPCServingStatus
+GRPC_UNKNOWN: GRPCServingStatus
+GRPC_SERVING: GRPCServingStatus
+GRPC_NOT_SERVING: GRPCServingStatus
+GRPC_SERVICE_UNKNOWN: GRPCServingStatus
 
 class PortRef(_message.Message):
     __slots__ = ("number", "name")
@@ -170,7 +183,7 @@ class Phase(_message.Message):
     def __init__(self, name: _Optional[str] = ..., start_offset_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., detail: _Optional[str] = ..., error: _Optional[str] = ..., children: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("result", "output", "started_at_unix_ns", "duration_ns", "address", "phases", "http_status_code", "grpc_status", "scheduled_at_unix_ns", "ticks_missed")
+    __slots__ = ("result", "output", "started_at_unix_ns", "duration_ns", "address", "phases", "http_status_code", "scheduled_at_unix_ns", "ticks_missed", "grpc_code", "grpc_serving_status")
     RESULT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
@@ -178,9 +191,10 @@ class Attempt(_message.Message):
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
-    GRPC_STATUS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     TICKS_MISSED_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    GRPC_SERVING_STATUS_FIELD_NUMBER: _ClassVar[int]
     result: AttemptResult
     output: str
     started_at_unix_ns: int
@@ -188,7 +202,8 @@ class Attempt(_message.Message):
     address: str
     phases: _containers.RepeatedCompositeFieldContainer[Phase]
     http_status_code: int
-    grpc_status: str
     scheduled_at_unix_ns: int
     ticks_missed: int
-    def __init__(self, result: _Optional[_Union[AttemptResult, str]] = ..., output: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., address: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., http_status_code: _Optional[int] = ..., grpc_status: _Optional[str] = ..., scheduled_at_unix_ns: _Optional[int] = ..., ticks_missed: _Optional[int] = ...) -> None: ...
+    grpc_code: int
+    grpc_serving_status: GRPCServingStatus
+    def __init__(self, result: _Optional[_Union[AttemptResult, str]] = ..., output: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., duration_ns: _Optional[int] = ..., address: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., http_status_code: _Optional[int] = ..., scheduled_at_unix_ns: _Optional[int] = ..., ticks_missed: _Optional[int] = ..., grpc_code: _Optional[int] = ..., grpc_serving_status: _Optional[_Union[GRPCServingStatus, str]] = ...) -> None: ...

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.grpc_codes import code_name, serving_status_text
 from probe_worker.trace import Trace
 
 Result = spec_pb.AttemptResult
@@ -57,7 +58,15 @@ class Outcome:
     output: str = ""
     address: str = ""          # "ip:port" actually connected (last hop for redirects)
     http_status_code: int = 0
-    grpc_status: str = ""
+    grpc_code: int | None = None   # a gRPC probe whose Check call failed: grpc-go's status code
+    grpc_serving: int = 0          # a gRPC probe answered: Attempt.grpc_serving_status
+
+    @property
+    def grpc_status(self) -> str:
+        """For traces and tests: the code's Go name or the serving status's name, "" for neither."""
+        if self.grpc_code is not None:
+            return code_name(self.grpc_code)
+        return serving_status_text(self.grpc_serving)
 
     def bounded(self) -> "Outcome":
         if len(self.output) > MAX_OUTPUT_CHARS:

@@ -23,7 +23,7 @@ from cri_proto import grpc_health_pb2 as health_pb
 from probe_api.gostrings import go_duration, go_quote
 from probe_api.grpc_codes import (
     CANCELED, DEADLINE_EXCEEDED, INTERNAL, OK, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED, UNAVAILABLE,
-    UNIMPLEMENTED, UNKNOWN, code_name,
+    UNIMPLEMENTED, UNKNOWN, code_name, serving_status_of,
 )
 from probe_worker.attempt import FAILURE, SUCCESS, Outcome
 
@@ -401,7 +401,7 @@ def serving_status_name(value: int) -> str:
 def check_outcome(result: bytes | RpcError, timeout_ns: int) -> Outcome:
     """The kubelet's verdict on the Check call (grpcProber.Probe after DialContext)."""
     if isinstance(result, RpcError):
-        return Outcome(FAILURE, rpc_error_output(result, timeout_ns), grpc_status=code_name(result.code))
+        return Outcome(FAILURE, rpc_error_output(result, timeout_ns), grpc_code=result.code)
     try:
         response = health_pb.HealthCheckResponse.FromString(result)
     except DecodeError:
@@ -409,9 +409,10 @@ def check_outcome(result: bytes | RpcError, timeout_ns: int) -> Outcome:
         error = RpcError(INTERNAL, "grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data")
         return check_outcome(error, timeout_ns)
     name = serving_status_name(response.status)
+    serving = serving_status_of(response.status)
     if response.status != health_pb.HealthCheckResponse.SERVING:
-        return Outcome(FAILURE, f"service unhealthy (responded with {go_quote(name)})", grpc_status=name)
-    return Outcome(SUCCESS, "service healthy", grpc_status=name)
+        return Outcome(FAILURE, f"service unhealthy (responded with {go_quote(name)})", grpc_serving=serving)
+    return Outcome(SUCCESS, "service healthy", grpc_serving=serving)
 
 
 def rpc_error_output(error: RpcError, timeout_ns: int) -> str:

@@ -96,7 +96,7 @@ class Prober:
         trace = Trace()
         plan = self._plan(spec, container_ports)
         outcome = await self._outcome(spec, plan, trace, tries(max_tries, lifecycle_hook), lifecycle_hook)
-        return spec_pb.Attempt(
+        attempt = spec_pb.Attempt(
             result=outcome.result,
             output=outcome.output,
             started_at_unix_ns=started_wall,
@@ -104,8 +104,11 @@ class Prober:
             address=outcome.address,
             phases=trace.to_proto(),
             http_status_code=outcome.http_status_code,
-            grpc_status=outcome.grpc_status,
+            grpc_serving_status=outcome.grpc_serving,
         )
+        if outcome.grpc_code is not None:
+            attempt.grpc_code = outcome.grpc_code
+        return attempt
 
     def _plan(self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort]) -> Plan:
         # Keyed by content, not identity: a caller may reuse or change a message in place.

@@ -9,8 +9,9 @@ Watch protocol, as the client sees it:
 - Any other watch first gets the full state: one SNAPSHOT per matching probe, all at the snapshot's revision, then
   SNAPSHOT_COMPLETE; the client replaces its state with the snapshot on SNAPSHOT_COMPLETE (an empty state sends only
   SNAPSHOT_COMPLETE). Live changes follow with no gap and no duplicate.
-- A probe that stops matching a filter because an update changed its labels is REMOVED for that watcher, as
-  Kubernetes does for label-selector watches, so a client's view never keeps a probe outside its filter.
+- A probe that stops matching a filter because an update changed its labels, container or state is REMOVED for
+  that watcher, as Kubernetes does for label-selector watches, so a client's view never keeps a probe outside its
+  filter.
 - ATTEMPT events (every_attempt only) carry the board's current revision; they are best effort and never replayed.
 - A watcher whose buffer fills up is dropped at once (producers never wait) and its stream ends with RESYNC. The
   RESYNC revision is a safe resume point: everything up to it that matched was delivered (0 if the snapshot had not
@@ -38,7 +39,8 @@ ProbeFilter = service_pb.ProbeFilter
 WatchResponse = service_pb.WatchProbeStatusResponse
 
 # What a REMOVED event carries: enough for any filter to still match it.
-IDENTITY_FIELDS = ("probe_id", "pod_sandbox_id", "container_id", "type", "labels")
+IDENTITY_FIELDS = ("probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "state", "labels")
+MIN_CONTAINER_ID_PREFIX = 3
 
 
 # --- pure logic ----------------------------------------------------------------------------------------------------
@@ -53,14 +55,25 @@ def matches(filter: ProbeFilter, probe: Probe) -> bool:
         return False
     if filter.type != spec_pb.PROBE_TYPE_UNSPECIFIED and filter.type != probe.type:
         return False
+    if filter.container and not container_matches(filter.container, probe):
+        return False
+    if filter.HasField("state") and filter.state != probe.state:
+        return False
     # .get, not []: indexing a protobuf map inserts the missing key.
     return all(probe.labels.get(key) == value for key, value in filter.label_selector.items())
 
 
+def container_matches(container: str, probe: Probe) -> bool:
+    """A container's name, its id, or a long enough prefix of its id."""
+    return container in (probe.container_name, probe.container_id) or (
+        len(container) >= MIN_CONTAINER_ID_PREFIX and probe.container_id.startswith(container))
+
+
 def identity(probe: Probe) -> Probe:
-    """The fields a filter looks at, and nothing else: the body of a REMOVED event."""
-    out = Probe(probe_id=probe.probe_id, pod_sandbox_id=probe.pod_sandbox_id,
-                container_id=probe.container_id, type=probe.type)
+    """The fields a filter looks at, and nothing else: the body of a REMOVED event. A change of any of them may
+    take a probe out of a watcher's view, which then gets REMOVED."""
+    out = Probe(probe_id=probe.probe_id, pod_sandbox_id=probe.pod_sandbox_id, container_id=probe.container_id,
+                container_name=probe.container_name, type=probe.type, state=probe.state)
     out.labels.update(probe.labels)
     return out
 

@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, format_span_id, fo
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.grpc_codes import CODE_NAMES
+from probe_api.grpc_codes import code_name, serving_status_text
 from shim.config import ConfigError
 
 if TYPE_CHECKING:  # the value only: results.py is the tracer's caller, not a dependency
@@ -223,21 +223,15 @@ def split_address(address: str) -> tuple[str, int] | None:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-def grpc_status_attributes(grpc_status: str) -> dict[str, str | int]:
-    """Attempt.grpc_status holds either a grpc-go code name ("Unavailable",
-    "Code(17)") when the Check call failed, or a serving status ("SERVING",
-    "NOT_SERVING", ...) when it returned; the spellings never overlap."""
-    if not grpc_status:
+def grpc_status_attributes(attempt: spec_pb.Attempt) -> dict[str, str | int]:
+    """The gRPC call's code (OpenTelemetry's rpc.grpc.status_code: 0 when the service answered) and what the
+    service answered, when it did."""
+    if attempt.HasField("grpc_code"):
+        return {"probe.grpc.status": code_name(attempt.grpc_code), "rpc.grpc.status_code": attempt.grpc_code}
+    if not attempt.grpc_serving_status:
         return {}
-    attributes: dict[str, str | int] = {"probe.grpc.status": grpc_status}
-    if grpc_status in CODE_NAMES:
-        attributes["rpc.grpc.status_code"] = CODE_NAMES.index(grpc_status)
-    elif grpc_status.startswith("Code(") and grpc_status[5:-1].isdigit():
-        attributes["rpc.grpc.status_code"] = int(grpc_status[5:-1])
-    else:
-        attributes["rpc.grpc.status_code"] = 0  # the call succeeded; the service answered
-        attributes["probe.grpc.serving_status"] = grpc_status
-    return attributes
+    serving = serving_status_text(attempt.grpc_serving_status)
+    return {"probe.grpc.status": serving, "rpc.grpc.status_code": 0, "probe.grpc.serving_status": serving}
 
 
 def truncate(text: str, limit: int = MAX_OUTPUT_ATTRIBUTE) -> str:
@@ -265,5 +259,5 @@ def attempt_attributes(attempt: spec_pb.Attempt, labels: ProbeLabels, *, kind: s
         attributes["network.peer.address"], attributes["network.peer.port"] = peer
     if attempt.http_status_code:
         attributes["http.response.status_code"] = attempt.http_status_code
-    attributes.update(grpc_status_attributes(attempt.grpc_status))
+    attributes.update(grpc_status_attributes(attempt))
     return attributes

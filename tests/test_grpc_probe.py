@@ -28,6 +28,7 @@ import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.grpc_codes import attempt_grpc_status
 from probe_worker import grpc_rules as rules
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
 from probe_worker.probes import grpc as grpc_probe
@@ -499,7 +500,7 @@ def test_first_frame_other_than_settings_fails_the_handshake():
 def test_worker_grpc_serving_on_pod_ipv4(pod_netns, worker):
     server = pod_netns.spawn_python("grpc_health_server.py", "--status", "db=NOT_SERVING")
     attempt = worker.run_once(grpc_spec(server.port))
-    assert (attempt.result, attempt.output, attempt.grpc_status) == (SUCCESS, "service healthy", "SERVING")
+    assert (attempt.result, attempt.output, attempt_grpc_status(attempt)) == (SUCCESS, "service healthy", "SERVING")
     assert attempt.address == f"{pod_netns.ipv4}:{server.port}"
     assert [p.name for p in attempt.phases][-3:] == ["connect", "handshake", "check"]
 
@@ -513,14 +514,14 @@ def test_worker_grpc_unknown_service_and_no_health_service(pod_netns, worker):
     attempt = worker.run_once(grpc_spec(server.port, service="nope"))
     # grpcio-health-checking answers NOT_FOUND with an empty message.
     assert (attempt.result, attempt.output) == (FAILURE, "error: health rpc probe failed: rpc error: code = NotFound desc = ")
-    assert attempt.grpc_status == "NotFound"
+    assert attempt_grpc_status(attempt) == "NotFound"
 
     bare = pod_netns.spawn_python("grpc_health_server.py", "--no-health")
     attempt = worker.run_once(grpc_spec(bare.port))
     assert attempt.result == FAILURE
     assert attempt.output.startswith(
         "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): ")
-    assert attempt.grpc_status == "Unimplemented"
+    assert attempt_grpc_status(attempt) == "Unimplemented"
 
 @pytest.mark.netns
 def test_worker_grpc_over_ipv6(pod_netns, worker):
@@ -545,5 +546,5 @@ def test_worker_grpc_slow_service(pod_netns, worker):
     server = pod_netns.spawn_python("grpc_health_server.py", "--slow-ms", "3000")
     attempt = worker.run_once(grpc_spec(server.port, timeout_ms=500))
     assert (attempt.result, attempt.output) == (FAILURE, "timeout: health rpc did not complete within 500ms")
-    assert attempt.grpc_status == "DeadlineExceeded"
+    assert attempt_grpc_status(attempt) == "DeadlineExceeded"
     assert attempt.duration_ns < 1_500_000_000

@@ -347,6 +347,41 @@ def test_a_probe_whose_labels_leave_the_filter_is_removed_for_that_watcher():
     asyncio.run(main())
 
 
+def test_a_probe_that_leaves_a_watched_state_is_removed_for_that_watcher():
+    async def main():
+        board = StatusBoard()
+        board.put(probe("p1"))
+        failing = board.watch(watch_request(state=spec_pb.STATE_FAILURE))
+        assert [r.type for r in await take(failing, 1)] == [COMPLETE]  # p1 is unknown, not failing
+        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_FAILURE))
+        assert brief(await next_event(failing)) == ("UPDATED", "p1", 2)
+        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS))
+        gone = await next_event(failing)
+        assert brief(gone) == ("REMOVED", "p1", 3) and gone.probe.state == spec_pb.STATE_FAILURE
+        await failing.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("container, matched", [
+    ("app", ["p1", "p2"]), ("c1-0123456789", ["p1"]), ("c1-", ["p1"]), ("c1", []), ("", ["p1", "p2"]), ("db", []),
+])
+def test_a_container_filter_takes_a_name_an_id_or_an_id_prefix(container, matched):
+    board = StatusBoard()
+    board.put(probe("p1", container="c1-0123456789"))
+    board.put(probe("p2", container="c2-9876543210"))
+    assert [p.probe_id for p in board.list(service_pb.ProbeFilter(container=container))] == matched
+
+
+def test_a_state_filter_of_unknown_is_not_an_unset_filter():
+    board = StatusBoard()
+    board.put(probe("p1"))
+    board.put(probe("p2"))
+    board.update("p2", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS))
+    assert [p.probe_id for p in board.list(service_pb.ProbeFilter(state=spec_pb.STATE_UNKNOWN))] == ["p1"]
+    assert len(board.list(service_pb.ProbeFilter())) == 2
+
+
 def test_resume_with_same_instance_gets_only_what_was_missed_including_removals():
     async def main():
         board = StatusBoard(instance_id="inst")

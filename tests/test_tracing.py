@@ -164,18 +164,23 @@ def test_phase_spans_per_attempt_are_bounded():
 
 
 def test_grpc_status_attributes_tell_codes_from_serving_statuses():
-    assert grpc_status_attributes("") == {}
-    assert grpc_status_attributes("SERVING") == {
+    def attributes(**fields):
+        return grpc_status_attributes(spec_pb.Attempt(**fields))
+
+    assert attributes() == {}
+    assert attributes(grpc_serving_status=spec_pb.GRPC_SERVING) == {
         "probe.grpc.status": "SERVING", "rpc.grpc.status_code": 0, "probe.grpc.serving_status": "SERVING"}
-    assert grpc_status_attributes("NOT_SERVING")["probe.grpc.serving_status"] == "NOT_SERVING"
-    assert grpc_status_attributes("Unavailable") == {"probe.grpc.status": "Unavailable", "rpc.grpc.status_code": 14}
-    assert grpc_status_attributes("Unknown")["rpc.grpc.status_code"] == 2
-    assert grpc_status_attributes("UNKNOWN")["rpc.grpc.status_code"] == 0  # serving status, not the code
-    assert grpc_status_attributes("Code(17)")["rpc.grpc.status_code"] == 17
+    assert attributes(grpc_serving_status=spec_pb.GRPC_NOT_SERVING)["probe.grpc.serving_status"] == "NOT_SERVING"
+    assert attributes(grpc_code=14) == {"probe.grpc.status": "Unavailable", "rpc.grpc.status_code": 14}
+    assert attributes(grpc_code=2)["rpc.grpc.status_code"] == 2
+    assert attributes(grpc_serving_status=spec_pb.GRPC_UNKNOWN)["rpc.grpc.status_code"] == 0  # answered UNKNOWN
+    assert attributes(grpc_code=0) == {"probe.grpc.status": "OK", "rpc.grpc.status_code": 0}
+    assert attributes(grpc_code=17) == {"probe.grpc.status": "Code(17)", "rpc.grpc.status_code": 17}
 
 
 def test_grpc_attempt_span():
-    attempt = spec_pb.Attempt(result=spec_pb.RESULT_FAILURE, started_at_unix_ns=T0, grpc_status="NOT_SERVING",
+    attempt = spec_pb.Attempt(result=spec_pb.RESULT_FAILURE, started_at_unix_ns=T0,
+                              grpc_serving_status=spec_pb.GRPC_NOT_SERVING,
                               output='service unhealthy (responded with "NOT_SERVING")', address="198.18.0.2:50051")
     tracer, memory = make_tracer()
     record(tracer, attempt, spec=spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=50051)))

@@ -118,6 +118,7 @@ def _filter_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod", metavar="ID", help="only probes of this pod sandbox")
     parser.add_argument("--container", metavar="NAME|ID", help="only probes of this container (name or id)")
     parser.add_argument("--type", choices=specs.PROBE_TYPES, help="only probes of this type")
+    parser.add_argument("--state", choices=STATES, help="only probes in this state (watch: until they leave it)")
     parser.add_argument("--label", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                         help="only probes with this label, repeatable")
 
@@ -174,7 +175,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("ps", aliases=["probes"], help="list probes")
     _filter_flags(p)
-    p.add_argument("--state", choices=STATES, help="only probes in this state")
     p.add_argument("-q", "--quiet", action="store_true", help="only print probe ids")
     _output_flag(p)
     _no_trunc_flag(p)
@@ -278,10 +278,6 @@ def _resolve_probes(client: ProbeShimClient, wanted: Iterable[str]) -> list[serv
         found.append(matches[0])
     return found
 
-
-def _matches_container(probe: service_pb.Probe, container: str | None) -> bool:
-    return not container or container in (probe.container_name, probe.container_id) \
-        or (len(container) >= 3 and probe.container_id.startswith(container))
 
 
 # --- commands --------------------------------------------------------------------------
@@ -394,9 +390,9 @@ def cmd_convert(args) -> int:
 
 def _listed_probes(client: ProbeShimClient, args) -> list[service_pb.Probe]:
     probes = client.probes(pod_sandbox_id=args.pod or "", probe_type=specs.PROBE_TYPES.get(args.type or "", 0),
-                           labels=dict(args.label))
-    return sorted((p for p in probes if _matches_container(p, args.container)
-                   and (args.state is None or p.state == STATES[args.state])), key=render.probe_order)
+                           labels=dict(args.label), container=args.container or "",
+                           state=STATES[args.state] if args.state else None)
+    return sorted(probes, key=render.probe_order)
 
 
 def cmd_ps(args) -> int:
@@ -427,21 +423,13 @@ def cmd_inspect(args) -> int:
 
 def cmd_watch(args) -> int:
     client = _client(args)
-    seen: set[str] = set()  # probes of the --container filter, so that their REMOVED events (ids only) pass too
     try:
         events = client.watch(pod_sandbox_id=args.pod or "", probe_type=specs.PROBE_TYPES.get(args.type or "", 0),
-                              every_attempt=args.attempts, labels=dict(args.label))
+                              every_attempt=args.attempts, labels=dict(args.label), container=args.container or "",
+                              state=STATES[args.state] if args.state else None)
         if args.output == "table":
             _print(render.watch_header(args.no_trunc))
         for event in events:
-            if args.container and event.type not in (service_pb.SNAPSHOT_COMPLETE, service_pb.RESYNC):
-                if event.type == service_pb.REMOVED:
-                    if event.probe.probe_id not in seen:
-                        continue
-                elif _matches_container(event.probe, args.container):
-                    seen.add(event.probe.probe_id)
-                else:
-                    continue
             if args.output == "table":
                 _print(render.event_line(event, time.time_ns(), args.no_trunc))
             elif args.output == "json":

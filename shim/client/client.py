@@ -161,11 +161,12 @@ class ProbeShimClient:
         return list(self._call(self._stub.StopProbe, request).stopped_probe_ids)
 
     def probes(self, *, probe_id: str = "", pod_sandbox_id: str = "", container_id: str = "",
-               probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED,
-               labels: Mapping[str, str] | None = None) -> list[service_pb.Probe]:
-        """Status of the matching probes (empty filters match everything), sorted by sandbox, container, type."""
+               probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED, labels: Mapping[str, str] | None = None,
+               container: str = "", state: int | None = None) -> list[service_pb.Probe]:
+        """Status of the matching probes (empty filters match everything), sorted by sandbox, container, type.
+        `container` is a name, an id or an id prefix; `state` a ProbeState."""
         request = service_pb.ProbeStatusRequest(filter=_filter(probe_id, pod_sandbox_id, container_id,
-                                                               probe_type, labels))
+                                                               probe_type, labels, container, state))
         return list(self._call(self._stub.ProbeStatus, request).probes)
 
     def probe(self, probe_id: str) -> service_pb.Probe:
@@ -191,7 +192,8 @@ class ProbeShimClient:
 
     def watch(self, *, pod_sandbox_id: str = "", container_id: str = "",
               probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED, every_attempt: bool = False,
-              labels: Mapping[str, str] | None = None, reconnect: bool = True,
+              labels: Mapping[str, str] | None = None, container: str = "", state: int | None = None,
+              reconnect: bool = True,
               on_reconnect: Callable[[Exception, float], None] | None = None,
               ) -> Iterator[service_pb.WatchProbeStatusResponse]:
         """Follows WatchProbeStatus with no deadline, yielding every event the daemon sends.
@@ -207,7 +209,8 @@ class ProbeShimClient:
         Ends when close() is called (from any thread); a KeyboardInterrupt cancels the stream and propagates.
         """
         base = service_pb.WatchProbeStatusRequest(
-            filter=_filter("", pod_sandbox_id, container_id, probe_type, labels), every_attempt=every_attempt)
+            filter=_filter("", pod_sandbox_id, container_id, probe_type, labels, container, state),
+            every_attempt=every_attempt)
         resume = _ResumePoint()
         reopens = 0  # re-opens since the daemon last sent an event
         connected_once = False
@@ -323,9 +326,12 @@ def _is_transport_failure(details: str) -> bool:
 
 
 def _filter(probe_id: str, pod_sandbox_id: str, container_id: str, probe_type: int,
-            labels: Mapping[str, str] | None) -> service_pb.ProbeFilter:
-    return service_pb.ProbeFilter(probe_id=probe_id, pod_sandbox_id=pod_sandbox_id, container_id=container_id,
-                                  type=probe_type, label_selector=dict(labels or {}))
+            labels: Mapping[str, str] | None, container: str = "", state: int | None = None) -> service_pb.ProbeFilter:
+    out = service_pb.ProbeFilter(probe_id=probe_id, pod_sandbox_id=pod_sandbox_id, container_id=container_id,
+                                 type=probe_type, label_selector=dict(labels or {}), container=container)
+    if state is not None:
+        out.state = state
+    return out
 
 
 def _one_line(text: str) -> str:

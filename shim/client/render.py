@@ -24,6 +24,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_duration
+from probe_api.grpc_codes import attempt_grpc_status
 from probe_api.validation import effective_timing
 
 ID_WIDTH = 13
@@ -383,8 +384,8 @@ def attempt_text(attempt: spec_pb.Attempt, trace_id: str = "", bar: str = "█")
     pairs += [("Address", attempt.address or NONE), ("Duration", format_ms(attempt.duration_ns))]
     if attempt.http_status_code:
         pairs.append(("HTTP status", attempt.http_status_code))
-    if attempt.grpc_status:
-        pairs.append(("gRPC status", attempt.grpc_status))
+    if grpc_status := attempt_grpc_status(attempt):
+        pairs.append(("gRPC status", grpc_status))
     if trace_id:
         pairs.append(("Trace ID", trace_id))
     text = key_values(pairs)
@@ -412,7 +413,7 @@ def exec_result(response: service_pb.ExecProbeResponse) -> dict:
         "result": result_name(attempt.result), "output": attempt.output,
         "duration_ms": attempt.duration_ns / 1e6, "address": attempt.address,
         "started_at": _rfc3339(attempt.started_at_unix_ns), "http_status_code": attempt.http_status_code,
-        "grpc_status": attempt.grpc_status, "trace_id": response.trace_id, "span_id": response.span_id,
+        "grpc_status": attempt_grpc_status(attempt), "trace_id": response.trace_id, "span_id": response.span_id,
         "trace": [phase_dict(p) for p in attempt.phases],
     }
 
