@@ -347,7 +347,7 @@ def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     frames = _daemon_frames(results, board, sandboxes)
 
     def run(n: int) -> None:
-        # What the supervisor's _Connection.data_received does per frame, then the results manager.
+        # What the supervisor's WorkerConnection.data_received does per frame, then the results manager.
         decoder = FrameDecoder()
         for i in range(n):
             sandbox_id, data = frames[i % len(frames)]

@@ -18,39 +18,31 @@ daemon's end of its socket closes, and every worker exits at EOF of its own sock
 
 Nothing here is unbounded: frames are read by one protocol per worker and handed to
 `on_event` synchronously (no queue), requests wait with timeouts, and a worker that
-stops reading its requests is treated as hung.
+stops reading its requests is treated as hung. That connection is worker_connection.py's;
+the process (pidfd, exit status, adoption) is worker_process.py's; this module is the
+supervision: lives, restarts, backoff, registrations.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import itertools
 import logging
-import os
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-from google.protobuf.message import DecodeError
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
-from probe_api.worker_protocol import FrameDecoder, FrameError, encode, validate_registration, validate_run_once
-from shim.zygote import SpawnedWorker, WorkerExit, Zygote, ZygoteError, exit_from_waitid
+from probe_api.worker_protocol import validate_registration, validate_run_once
+from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerConnection, WorkerUnavailable
+from shim.worker_process import EXIT_GRACE_S, WorkerProcess, set_child_subreaper
+from shim.zygote import Zygote, ZygoteError
 
 log = logging.getLogger("probe_shim.supervisor")
 
-MAX_WRITE_BUFFER = 1 << 20  # requests a worker has not read; beyond this it is hung
-REQUEST_TIMEOUT_S = 10.0
-EXIT_GRACE_S = 2.0  # after EOF, how long the exit status may take to arrive before a kill
 KILL_TIMEOUT_S = 5.0
-PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 # Worker states in which run_once stops waiting: it has a connection to use, or never will.
 _RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED, service_pb.WORKER_NONE})
@@ -75,10 +67,6 @@ class WorkerRejected(Exception):
         self.errors = list(errors)
 
 
-class WorkerUnavailable(Exception):
-    """No running worker for the sandbox (failed, restarting, stopped), or it died mid-request."""
-
-
 class Backoff:
     """Exponential restart delays, back to the initial one after a life long enough."""
 
@@ -94,170 +82,6 @@ class Backoff:
         return delay
 
 
-def set_child_subreaper(value: int) -> int:
-    """PR_SET_CHILD_SUBREAPER for this process; returns the previous value."""
-    previous = ctypes.c_int(0)
-    if _libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0 \
-            or _libc.prctl(PR_SET_CHILD_SUBREAPER, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
-    return previous.value
-
-
-# --- one worker's connection --------------------------------------------------------------
-
-class _Connection(asyncio.Protocol):
-    """The daemon's end of one worker's socketpair: frames in, requests out, matched by seq."""
-
-    def __init__(self, on_event: Callable[[worker_pb.WorkerEvent], None]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._on_event = on_event
-        self._decoder = FrameDecoder()
-        self._seq = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[worker_pb.WorkerEvent]] = {}
-        self._transport: asyncio.Transport | None = None
-        self.first: asyncio.Future[worker_pb.WorkerEvent] = self._loop.create_future()  # Ready or Fatal
-        self.lost: asyncio.Future[str] = self._loop.create_future()  # why the connection ended
-        self.last_frame = self._loop.time()
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.last_frame = self._loop.time()
-        try:
-            for payload in self._decoder.feed(data):
-                self._dispatch(worker_pb.WorkerEvent.FromString(payload))
-                if self.lost.done():
-                    return
-        except (FrameError, DecodeError) as exc:
-            self.fail(f"protocol error: {exc}")
-
-    def eof_received(self) -> bool:
-        return False  # close the transport: the worker is gone or going
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.fail("connection lost" if exc is None else f"connection lost: {exc}")
-
-    def _dispatch(self, event: worker_pb.WorkerEvent) -> None:
-        kind = event.WhichOneof("msg")
-        if not self.first.done():
-            if kind in ("ready", "fatal"):
-                self.first.set_result(event)
-            else:
-                self.fail(f"protocol error: the worker's first frame is {kind}, not ready or fatal")
-            return
-        if event.seq:
-            reply = self._pending.pop(event.seq, None)
-            if reply is not None and not reply.done():
-                reply.set_result(event)
-            return  # a reply nobody waits for any more (timed out, or a watchdog heartbeat)
-        if kind in ("attempt", "state_change"):
-            self._on_event(event)
-
-    # requests
-    def submit(self, expect_reply: bool = True, **msg) -> asyncio.Future[worker_pb.WorkerEvent] | None:
-        """Writes one request now (no await: callers rely on the order of writes)."""
-        if self.lost.done():
-            raise WorkerUnavailable(self.lost.result())
-        seq = next(self._seq)
-        reply = None
-        if expect_reply:
-            reply = self._loop.create_future()
-            self._pending[seq] = reply
-        self._transport.write(encode(worker_pb.WorkerRequest(seq=seq, **msg)))
-        if self._transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
-            self.fail("the worker stopped reading its requests")
-        return reply
-
-    async def reply(self, reply: asyncio.Future[worker_pb.WorkerEvent], timeout_s: float) -> worker_pb.WorkerEvent:
-        try:
-            return await asyncio.wait_for(reply, timeout_s)
-        finally:
-            for seq, pending in list(self._pending.items()):
-                if pending is reply:
-                    del self._pending[seq]
-
-    async def request(self, timeout_s: float = REQUEST_TIMEOUT_S, **msg) -> worker_pb.WorkerEvent:
-        return await self.reply(self.submit(**msg), timeout_s)
-
-    def fail(self, reason: str) -> None:
-        """Ends the connection (idempotent); waiting requests get WorkerUnavailable."""
-        if self.lost.done():
-            return
-        self.lost.set_result(reason)
-        if self._transport is not None:
-            self._transport.abort()
-        for reply in self._pending.values():
-            if not reply.done():
-                reply.set_exception(WorkerUnavailable(f"worker lost: {reason}"))
-                reply.exception()  # a caller that gave up must not leave it "never retrieved"
-        self._pending.clear()
-
-
-# --- one worker's process ----------------------------------------------------------------
-
-class _Process:
-    """A worker's process as the kernel sees it, whoever its parent is now.
-
-    Its death is its pidfd turning readable: true while the zygote lives and after it
-    died. Its exit status comes from the zygote while the zygote is its parent, and from
-    waitid here once this process adopted it (it is then ours to reap, too)."""
-
-    def __init__(self, worker: SpawnedWorker) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.worker = worker
-        self.gone: asyncio.Future[None] = self._loop.create_future()
-        if worker.pidfd is None:  # no pidfd came with it: the zygote's word is all there is
-            worker.exited.add_done_callback(lambda _: self._mark_gone())
-        else:
-            self._loop.add_reader(worker.pidfd, self._mark_gone)
-
-    def _mark_gone(self) -> None:
-        if self.worker.pidfd is not None:
-            self._loop.remove_reader(self.worker.pidfd)
-        if not self.gone.done():
-            self.gone.set_result(None)
-
-    def kill(self) -> None:
-        """SIGKILL through the pidfd (never a process that reused the pid), even after the zygote died."""
-        if self.worker.pidfd is None:
-            self.worker.kill()
-        elif not self.gone.done():
-            try:
-                signal.pidfd_send_signal(self.worker.pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    async def exit_reason(self) -> str | None:
-        """How the (gone) worker ended, reaping it if it is ours; None if nobody knows."""
-        status = self._reap()
-        if status is None:
-            # The zygote's child: the zygote reaps it and reports in a moment.
-            await asyncio.wait([self.worker.exited], timeout=EXIT_GRACE_S)
-            reported = self.worker.exited.result() if self.worker.exited.done() else None
-            if reported is not None and (reported.exit_code is not None or reported.signal):
-                return reported.describe()
-            status = self._reap()  # the zygote died first: its zombie was passed on to us
-        return status.describe() if status is not None else None
-
-    def _reap(self) -> WorkerExit | None:
-        if self.worker.pidfd is None or not self.gone.done():
-            return None
-        try:
-            result = os.waitid(os.P_PIDFD, self.worker.pidfd, os.WEXITED | os.WNOHANG)
-        except ChildProcessError:
-            return None  # not our child: the zygote's, or already reaped by it
-        if result is None:
-            return None
-        return exit_from_waitid(result.si_pid, result.si_code, result.si_status)
-
-    def close(self) -> None:
-        if self.worker.pidfd is not None and not self.gone.done():
-            self._loop.remove_reader(self.worker.pidfd)
-        self.worker.close()
-
-
 # --- one sandbox ------------------------------------------------------------------------------
 
 @dataclass
@@ -267,7 +91,7 @@ class _Sandbox:
     stopping: asyncio.Future[None]
     changed: asyncio.Future[None]  # resolved (and replaced) at every status change
     regs: dict[str, worker_pb.ProbeRegistration] = field(default_factory=dict)
-    conn: _Connection | None = None  # set while RUNNING
+    conn: WorkerConnection | None = None  # set while RUNNING
     task: asyncio.Task[None] | None = None
     inflight: int = 0  # run_once calls: the worker must outlive them even with no probe
     pinned: bool = False  # ensure()d: kept with no probe until its last probe is removed
@@ -543,8 +367,8 @@ class WorkerSupervisor:
             worker = await zygote.spawn(config, self._start_timeout_s)
         except (ZygoteError, TimeoutError) as exc:
             return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
-        proc = _Process(worker)
-        conn = _Connection(lambda event: self._forward(sb.target.sandbox_id, event))
+        proc = WorkerProcess(worker)
+        conn = WorkerConnection(lambda event: self._forward(sb.target.sandbox_id, event))
         try:
             try:
                 await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=worker.sock)
@@ -557,7 +381,7 @@ class WorkerSupervisor:
             conn.fail("stopped")
             proc.close()
 
-    async def _serve(self, sb: _Sandbox, proc: _Process, conn: _Connection) -> _LifeEnd:
+    async def _serve(self, sb: _Sandbox, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
         ended = {conn.lost, proc.gone, sb.stopping}
         done, _ = await asyncio.wait(ended | {conn.first}, timeout=self._start_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -608,7 +432,7 @@ class WorkerSupervisor:
                 except WorkerUnavailable:
                     pass
 
-    async def _bury(self, proc: _Process, conn: _Connection, reason: str | None) -> _LifeEnd:
+    async def _bury(self, proc: WorkerProcess, conn: WorkerConnection, reason: str | None) -> _LifeEnd:
         """Makes sure the worker is dead (and reaped); the reason is ours (a hang) or its exit status."""
         eof = conn.lost.done()  # the worker closed its end (or died) before we gave up on it
         conn.fail(reason or "worker died")
@@ -622,7 +446,7 @@ class WorkerSupervisor:
             return _LifeEnd(reason)
         return _LifeEnd(status or conn.lost.result())
 
-    async def _shutdown(self, proc: _Process, conn: _Connection) -> _LifeEnd:
+    async def _shutdown(self, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
         if conn.first.done() and not conn.lost.done():
             try:
                 await conn.request(self._stop_timeout_s, shutdown=worker_pb.Shutdown())

@@ -2,8 +2,9 @@
 - probe_api/, the contract, imports only the standard library, protobuf and cri_proto: the worker, the daemon and
   probectl on a laptop can all afford it;
 - the data plane (probe_worker/) imports nothing of the daemon (shim/);
-- the daemon and probectl use the data plane only to spawn workers: the zygote (which preloads the worker's code)
-  and the pre-fork preparation of its memory. Every rule they share with it lives in probe_api/."""
+- the daemon and probectl use the data plane only to spawn workers: the zygote program (which preloads the worker's
+  code, and runs as its own process) and the pre-fork preparation of its memory. Every rule they share with the
+  worker lives in probe_api/."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tests.netns_env import REPO_ROOT
 
-SPAWNING = {"shim/zygote.py", "shim/zygote_prefork.py"}
+SPAWNING = {"shim/zygote_process.py", "shim/zygote_prefork.py"}
 CONTRACT_MAY_IMPORT = {"google", "cri_proto", "probe_api"}
 
 

@@ -259,7 +259,7 @@ def test_daemon_notifies_ready_watchdog_and_stopping(tmp_path, monkeypatch):
             assert ready == [f"READY=1\nSTATUS=serving on unix://{daemon.socket_path}".encode()]
             receive_until(receiver, b"WATCHDOG=1")
             # The zygote (and so every worker) was started without the notify socket in its environment.
-            (zygote,) = [p for p in psutil.Process(daemon.proc.pid).children() if "shim.zygote" in p.cmdline()]
+            (zygote,) = [p for p in psutil.Process(daemon.proc.pid).children() if "shim.zygote_process" in p.cmdline()]
             assert "NOTIFY_SOCKET" not in zygote.environ() and "WATCHDOG_USEC" not in zygote.environ()
         finally:
             assert daemon.stop(signal.SIGTERM) == 0

@@ -20,7 +20,7 @@ import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
-from shim.supervisor import set_child_subreaper
+from shim.worker_process import set_child_subreaper
 from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
 from shim.zygote_prefork import executed_code, relocate_code
 from tests.import_report import import_report
@@ -45,10 +45,15 @@ def test_exit_descriptions():
 # --- the zygote process ---------------------------------------------------------------------
 
 def test_zygote_module_imports_no_grpc_and_starts_no_thread():
-    modules, threads = import_report("shim.zygote")
+    modules, threads = import_report("shim.zygote_process")
     assert modules & set(FORBIDDEN) == set()
     assert threads == 1
     assert {"probe_worker", "h11", "h2", "asyncio", "ssl"} <= modules
+
+
+def test_the_daemons_side_of_the_zygote_imports_nothing_of_the_worker():
+    modules, _ = import_report("shim.zygote")
+    assert "probe_worker" not in modules and modules & set(FORBIDDEN) == set()
 
 
 def _mapped_files(pid: int) -> set[str]:

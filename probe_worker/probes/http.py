@@ -2,9 +2,8 @@
 
 One attempt is one Go `client.Do`: a request, then every same-hostname redirect,
 each over a new connection (the kubelet disables keep-alives), all bounded by
-ctx.deadline. Framing is h11's; TLS runs through ssl.MemoryBIO over the raw
-non-blocking socket, so there is no transport to wind down: closing is the
-socket's RST close, immediate whatever the peer does.
+ctx.deadline. Framing is h11's; the connection, with its TLS over memory buffers,
+is probe_worker/tls_stream.py's.
 
 With ctx.lifecycle_hook it is the kubelet's runHTTPHandler instead: the request
 goes out as the lifecycle client sends it (no `Connection: close`, `Accept-Encoding:
@@ -27,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import socket
-import ssl
 from dataclasses import dataclass
 
 import h11
@@ -36,136 +33,12 @@ import h11
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker import http_rules as rules
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
-from probe_worker.connect import ConnectError, close_quietly, connect
-from probe_api.gostrings import go_quote, is_ip_literal, join_host_port
+from probe_worker.connect import ConnectError, connect
+from probe_api.gostrings import go_quote, is_ip_literal
 from probe_worker.http_rules import ProbeRequest
 from probe_worker.http_url import URLError
+from probe_worker.tls_stream import DEFAULT_TLS, LIFECYCLE_TLS, RECV_SIZE, Stream, StreamError
 from probe_worker.trace import PhaseRecord
-
-RECV_SIZE = 64 * 1024
-
-
-def default_tls_context(alpn: bool = True) -> ssl.SSLContext:
-    """The kubelet's client TLS: InsecureSkipVerify, TLS >= 1.2 (Go's client minimum).
-
-    alpn=False is the lifecycle client's: a plain http.Transport given a TLSClientConfig
-    does not attempt HTTP/2, so its ClientHello offers no ALPN at all.
-    """
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if alpn:
-        ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
-
-
-# Built at import: after the worker drops privileges it may not read the CA paths.
-DEFAULT_TLS = default_tls_context()
-LIFECYCLE_TLS = default_tls_context(alpn=False)
-
-
-class _StreamError(Exception):
-    """A socket or TLS failure; str() is Go's error text for it."""
-
-
-class _Stream:
-    """A connected non-blocking socket, optionally wrapped in TLS by memory BIOs."""
-
-    def __init__(self, sock: socket.socket, remote: str) -> None:
-        self.sock = sock
-        self.remote = remote
-        self.loop = asyncio.get_running_loop()
-        self.tls: ssl.SSLObject | None = None
-
-    @functools.cached_property
-    def local(self) -> str:
-        """Our "ip:port", for error texts only: looked up when one is written (the socket
-        keeps its address after a reset), not on every connection."""
-        host, port = self.sock.getsockname()[:2]
-        return join_host_port(host, port)
-
-    async def start_tls(self, context: ssl.SSLContext, server_hostname: str | None) -> str:
-        """Handshakes; returns the negotiated version. Raises _StreamError with Go's text."""
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
-        tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname)
-        header = b""
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                pass
-            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
-                raise _StreamError("EOF") from None
-            except ssl.SSLError as exc:
-                raise _StreamError(rules.tls_error_text(exc.reason or "")) from None
-            await self._flush()
-            data = await self._recv_raw()
-            if len(header) < 5:
-                header += data[:5 - len(header)]
-                problem = rules.first_record_error(header, eof=not data)
-                if problem:
-                    raise _StreamError(problem)
-            if data:
-                self._incoming.write(data)
-            else:
-                self._incoming.write_eof()
-        await self._flush()
-        self.tls = tls
-        return tls.version() or ""
-
-    async def send(self, data: bytes) -> None:
-        if self.tls is None:
-            await self._send_raw(data)
-            return
-        self.tls.write(data)
-        await self._flush()
-
-    async def recv(self, limit: int = RECV_SIZE) -> bytes:
-        """Up to `limit` bytes (at least one), or b"" at end of stream."""
-        if self.tls is None:
-            return await self._recv_raw(limit)
-        while True:
-            try:
-                return self.tls.read(limit)
-            except ssl.SSLWantReadError:
-                pass
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return b""
-            except ssl.SSLError as exc:
-                text = rules.tls_error_text(exc.reason or "")
-                if text == "EOF":
-                    return b""
-                raise _StreamError(text) from None
-            await self._flush()
-            data = await self._recv_raw()
-            if data:
-                self._incoming.write(data)
-            else:
-                self._incoming.write_eof()
-
-    async def _flush(self) -> None:
-        pending = self._outgoing.read()
-        if pending:
-            await self._send_raw(pending)
-
-    async def _send_raw(self, data: bytes) -> None:
-        try:
-            await self.loop.sock_sendall(self.sock, data)
-        except OSError as exc:
-            raise _StreamError(rules.net_op_error("write", self.local, self.remote, exc)) from None
-
-    async def _recv_raw(self, limit: int = RECV_SIZE) -> bytes:
-        try:
-            return await self.loop.sock_recv(self.sock, limit)
-        except OSError as exc:
-            raise _StreamError(rules.net_op_error("read", self.local, self.remote, exc)) from None
-
-    def close(self) -> None:
-        close_quietly(self.sock)  # SO_LINGER {1, 0}: RST, never blocks
-
 
 @dataclass
 class _Head:
@@ -177,9 +50,9 @@ class _Head:
 
 
 class _Exchange:
-    """One HTTP/1.1 request/response over a _Stream, framed by h11."""
+    """One HTTP/1.1 request/response over a Stream, framed by h11."""
 
-    def __init__(self, stream: _Stream) -> None:
+    def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=rules.MAX_HEAD_BYTES)
         self.received = 0
@@ -193,7 +66,7 @@ class _Exchange:
         try:
             data = self.h11.send(request) + (self.h11.send(h11.EndOfMessage()) or b"")
         except h11.LocalProtocolError as exc:
-            raise _StreamError(prepared.unsendable(exc)) from None
+            raise StreamError(prepared.unsendable(exc)) from None
         await self.stream.send(data)
 
     async def wait_first_byte(self) -> None:
@@ -211,7 +84,7 @@ class _Exchange:
         informational = 0
         while True:
             if self.eof and self.received == 0:
-                raise _StreamError("EOF")  # closed without answering: Go reports the bare EOF
+                raise StreamError("EOF")  # closed without answering: Go reports the bare EOF
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
@@ -219,29 +92,29 @@ class _Exchange:
             if event is h11.NEED_DATA:
                 bad_status_line = rules.status_line_error(self.head or b"")
                 if bad_status_line:
-                    raise _StreamError(bad_status_line)
+                    raise StreamError(bad_status_line)
                 if self.eof:
-                    raise _StreamError(self._broken("unexpected EOF"))
+                    raise StreamError(self._broken("unexpected EOF"))
                 # Never buffer more than one byte past the limit: a head is either
                 # within it or refused, whatever the chunking on the wire.
                 buffered = len(self.h11.trailing_data[0])
                 if buffered > rules.MAX_HEAD_BYTES:
-                    raise _StreamError(rules.head_too_large())
+                    raise StreamError(rules.head_too_large())
                 try:
                     await self._receive(min(RECV_SIZE, rules.MAX_HEAD_BYTES + 1 - buffered))
-                except _StreamError as exc:
-                    raise _StreamError(self._broken(str(exc))) from None
+                except StreamError as exc:
+                    raise StreamError(self._broken(str(exc))) from None
                 continue
             if isinstance(event, h11.InformationalResponse):
                 informational += 1
                 if informational > rules.MAX_INFORMATIONAL:
-                    raise _StreamError(rules.too_many_informational())
+                    raise StreamError(rules.too_many_informational())
                 self.head = self.h11.trailing_data[0]
                 continue
             if isinstance(event, h11.Response):
                 self.head = None
                 return _head_of(event)
-            raise _StreamError(self._broken("unexpected EOF"))
+            raise StreamError(self._broken("unexpected EOF"))
 
     def _broken(self, error: str) -> str:
         return rules.transport_broken(error) if self.received else error
@@ -249,18 +122,18 @@ class _Exchange:
     def _unparsable_head(self, exc: h11.RemoteProtocolError) -> _Head:
         """h11 refused the head: say what Go's reader would have, or take the status Go accepts."""
         if exc.error_status_hint == 431:
-            raise _StreamError(rules.head_too_large())
+            raise StreamError(rules.head_too_large())
         line, newline, _ = (self.head or b"").partition(b"\n")
         if not newline:
-            raise _StreamError(rules.transport_broken("unexpected EOF" if self.eof else "malformed HTTP response"))
+            raise StreamError(rules.transport_broken("unexpected EOF" if self.eof else "malformed HTTP response"))
         status = rules.go_status_line(line)
         if isinstance(status, str):
-            raise _StreamError(rules.transport_broken(status))
+            raise StreamError(rules.transport_broken(status))
         if self.eof:  # the status line was fine, the headers never ended
-            raise _StreamError(rules.transport_broken("unexpected EOF"))
+            raise StreamError(rules.transport_broken("unexpected EOF"))
         if rules.h11_cannot_frame(status):
             return _Head(status=status, framed=False)
-        raise _StreamError(rules.transport_broken("malformed HTTP response"))
+        raise StreamError(rules.transport_broken("malformed HTTP response"))
 
     @property
     def complete(self) -> bool:
@@ -286,7 +159,7 @@ class _Exchange:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
-                raise _StreamError("unexpected EOF" if "peer closed" in str(exc) else str(exc)) from None
+                raise StreamError("unexpected EOF" if "peer closed" in str(exc) else str(exc)) from None
             if event is h11.NEED_DATA:
                 await self._receive()
             elif isinstance(event, h11.Data):
@@ -344,7 +217,7 @@ class _Prepared:
         return prepared
 
     def h11_request(self) -> h11.Request:
-        """The request as an h11 event (h11 never changes one, so it is reused); raises _StreamError."""
+        """The request as an h11 event (h11 never changes one, so it is reused); raises StreamError."""
         if self._h11 is None:
             try:
                 self._h11 = h11.Request(
@@ -355,7 +228,7 @@ class _Prepared:
             except h11.LocalProtocolError as exc:
                 self._h11 = exc
         if isinstance(self._h11, h11.LocalProtocolError):
-            raise _StreamError(self.unsendable(self._h11))
+            raise StreamError(self.unsendable(self._h11))
         return self._h11
 
     def unsendable(self, exc: h11.LocalProtocolError) -> str:
@@ -400,14 +273,14 @@ class _Attempt:
     """One Go client.Do: the request and its followed redirects."""
 
     def __init__(
-        self, endpoint: Endpoint, ctx: AttemptContext, idle: dict[tuple[str, int], _Stream] | None = None
+        self, endpoint: Endpoint, ctx: AttemptContext, idle: dict[tuple[str, int], Stream] | None = None
     ) -> None:
         self.endpoint = endpoint
         self.ctx = ctx
         self.hook = ctx.lifecycle_hook
         self.transport = _transport(ctx)
         # Connections left reusable, by Go's connectMethodKey (scheme and port: the hostname never changes).
-        self.idle: dict[tuple[str, int], _Stream] = {} if idle is None else idle
+        self.idle: dict[tuple[str, int], Stream] = {} if idle is None else idle
         self.tls = ctx.tls or (LIFECYCLE_TLS if self.hook else DEFAULT_TLS)
         self.first: ProbeRequest | None = None   # as sent; redirect rules compare against it
         self.requests_made = 0
@@ -483,12 +356,12 @@ class _Attempt:
                 prepared = prepared.retarget(ip)
                 request = prepared.request
             self.first = request
-        hop = await self.exchange(_Stream(sock, self.address), prepared, ctx, key)
+        hop = await self.exchange(Stream(sock, self.address), prepared, ctx, key)
         assert hop is not None
         return hop
 
     async def exchange(
-        self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext, key: tuple[str, int], reused: bool = False
+        self, stream: Stream, prepared: _Prepared, ctx: AttemptContext, key: tuple[str, int], reused: bool = False
     ) -> _Hop | None:
         """The request and its response over `stream`, which is closed after unless kept idle.
 
@@ -505,7 +378,7 @@ class _Attempt:
                 stream.close()
 
     async def _round_trip(
-        self, stream: _Stream, prepared: _Prepared, ctx: AttemptContext, reused: bool
+        self, stream: Stream, prepared: _Prepared, ctx: AttemptContext, reused: bool
     ) -> _Hop | None:
         request = prepared.request
         exchange = _Exchange(stream)
@@ -524,7 +397,7 @@ class _Attempt:
                         processing.error = "EOF"
         except TimeoutError:
             return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
-        except _StreamError as exc:
+        except StreamError as exc:
             return None if reused else self.fail(request, str(exc))
         if reused and exchange.eof:
             return None
@@ -542,7 +415,7 @@ class _Attempt:
         except TimeoutError:
             transfer.error = rules.TIMEOUT_AWAITING_HEADERS
             return self.fail(request, transfer.error)
-        except _StreamError as exc:
+        except StreamError as exc:
             transfer.error = str(exc)
             return self.fail(request, transfer.error)
         self.status = head.status
@@ -569,7 +442,7 @@ class _Attempt:
         except TimeoutError:
             transfer.error = rules.TIMEOUT_READING_BODY
             return _Hop(self.outcome(*rules.body_error_outcome(transfer.error)))
-        except _StreamError as exc:
+        except StreamError as exc:
             transfer.error = str(exc)
             return _Hop(self.outcome(*rules.body_error_outcome(transfer.error)))
         return self.response(head.status, body)
@@ -582,7 +455,7 @@ class _Attempt:
             async with asyncio.timeout_at(ctx.deadline):
                 await exchange.read_body(budget)
             exchange.settle()
-        except (TimeoutError, _StreamError):
+        except (TimeoutError, StreamError):
             pass
 
 
