@@ -202,14 +202,14 @@ def test_exec_table_draws_the_waterfall(probectl, pod_netns, servers):
 def test_exec_json_and_exit_codes(probectl, pod_netns, servers):
     ok = probectl("exec", "--pod", pod_netns.name, "--grpc", str(servers["grpc"].port), "-o", "json")
     assert ok.rc == 0
-    data = json.loads(ok.out)
-    assert {"result", "output", "duration_ms", "address", "trace"} <= set(data)
-    assert data["result"] == "success" and data["output"] == "service healthy"
-    assert [phase["name"] for phase in data["trace"]][-1] == "check"
+    data = json.loads(ok.out)["attempt"]  # the ExecProbeResponse as protojson
+    assert {"result", "output", "durationNs", "address", "phases"} <= set(data)
+    assert data["result"] == "RESULT_SUCCESS" and data["output"] == "service healthy"
+    assert [phase["name"] for phase in data["phases"]][-1] == "check"
 
     failed = probectl("exec", "--pod", pod_netns.name, "--http-get", f":{servers['http'].port}/status/503",
                       "-o", "json")
-    assert failed.rc == 4 and json.loads(failed.out)["result"] == "failure"
+    assert failed.rc == 4 and json.loads(failed.out)["attempt"]["result"] == "RESULT_FAILURE"
     # A named port the container does not have: the probe cannot be built, the result is unknown.
     unknown = probectl("exec", "--pod", pod_netns.name, "--tcp", "web")
     assert unknown.rc == 3 and "Result:    unknown" in unknown.out
@@ -378,7 +378,7 @@ def test_pods_and_workers_show_the_worker(daemon, probectl, pod_netns, servers):
     assert row[1:3] == [pod_netns.name[:13], pod_netns.path]
     assert row[4].endswith("MiB") and float(row[5]) >= 0 and row[6:] == ["3", "0"]
     data = json.loads(probectl("workers", "--interval", "100ms", "-o", "json").out)
-    assert [w["pid"] for w in data["workers"]] == [worker_pid] and data["workers"][0]["pssBytes"] > 0
+    assert [w["pid"] for w in data["workers"]] == [worker_pid] and int(data["workers"][0]["pssBytes"]) > 0
 
 
 # --- watch -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import yaml
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probectl_pb2 as probectl_pb
 from shim.client import render
 
 NOW = 1_700_000_000 * 10**9
@@ -234,13 +235,14 @@ def test_multi_line_output_is_indented_below():
     assert "Output:\n  line one\n  line two" in text
 
 
-def test_exec_result_json_keys():
+def test_exec_json_is_the_responses_protojson():
     response = service_pb.ExecProbeResponse(attempt=redirected_attempt(), trace_id="cd" * 16, span_id="ef" * 8)
-    data = render.exec_result(response)
-    assert {"result", "output", "duration_ms", "address", "trace"} <= set(data)
-    assert data["result"] == "success" and data["duration_ms"] == 1.0 and data["address"] == "198.18.0.2:8080"
-    assert data["started_at"] == "2023-11-14T22:13:20.000000000Z"
-    redirect = data["trace"][4]
+    data = render.message_dict(response)
+    assert list(data) == ["attempt", "traceId", "spanId"]  # in field order; the unset worker is absent
+    attempt = data["attempt"]
+    assert attempt["result"] == "RESULT_SUCCESS" and attempt["durationNs"] == "1000000"
+    assert attempt["address"] == "198.18.0.2:8080" and attempt["startedAtUnixNs"] == str(NOW)
+    redirect = attempt["phases"][4]
     assert redirect["name"] == "redirect" and [c["name"] for c in redirect["children"]] == \
         ["connect", "request", "processing"]
     assert redirect["children"][2]["error"] == "deadline exceeded"
@@ -277,16 +279,21 @@ def test_merge_sandboxes_joins_the_runtimes_pods_with_the_shims():
 
 
 def test_workers_table():
-    usage = [render.WorkerUsage(pid=4321, pod_sandbox_id="cps-pod-4242-0", netns_path="/var/run/netns/cps-pod-4242-0",
-                                state="running", uptime_s=200, pss_bytes=3 * 1024 * 1024, cpu_percent=0.25,
-                                probes=3, restarts=1),
-             render.WorkerUsage(pid=0, pod_sandbox_id="x", netns_path="", state="backoff", uptime_s=None,
-                                pss_bytes=None, cpu_percent=None, probes=1, restarts=4)]
+    usage = [probectl_pb.WorkerUsage(pid=4321, pod_sandbox_id="cps-pod-4242-0",
+                                     netns_path="/var/run/netns/cps-pod-4242-0", state=service_pb.WORKER_RUNNING,
+                                     uptime_seconds=200, pss_bytes=3 * 1024 * 1024, cpu_percent=0.25, probes=3,
+                                     restarts=1),
+             probectl_pb.WorkerUsage(pid=0, pod_sandbox_id="x", netns_path="", state=service_pb.WORKER_BACKOFF,
+                                     probes=1, restarts=4)]
     lines = render.workers_table(usage).splitlines()
     assert lines[0].split() == ["PID", "POD", "NETNS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS"]
     assert lines[1].split() == ["4321", "cps-pod-4242-", "/var/run/netns/cps-pod-4242-0", "3m20s", "3.0MiB", "0.2",
                                 "3", "1"]
     assert lines[2].split() == ["-", "x", "-", "-", "-", "-", "1", "4"]
+    # -o json is the message's protojson: an unmeasured number is absent, not null.
+    data = render.message_dict(probectl_pb.WorkersResult(workers=usage))
+    assert data["workers"][0]["pssBytes"] == str(3 * 1024 * 1024) and data["workers"][0]["state"] == "WORKER_RUNNING"
+    assert "pssBytes" not in data["workers"][1] and "uptimeSeconds" not in data["workers"][1]
 
 
 # --- watch -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import psutil
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probectl_pb2 as probectl_pb
 from shim.client import convert, render, specs
 from shim.client.client import (
     DEFAULT_ENDPOINT, ENDPOINT_ENV, NotFoundError, ProbeShimClient, ShimError, ShimUnavailable,
@@ -361,11 +362,10 @@ def cmd_apply(args) -> int:
                 raise ShimError(exc.code, f"{args.filename}: {probe.path}: {exc.details}") from exc
             applied.append((probe, probe_id))
     if args.output != "table":
-        data = {"applied": [{"path": p.path, "containerName": p.container_name,
-                             "type": spec_pb.ProbeType.Name(p.probe_type), "probeId": probe_id}
-                            for p, probe_id in applied],
-                "skipped": list(result.skipped)}
-        _print(render.structured(data, args.output))
+        done = probectl_pb.ApplyResult(skipped=result.skipped, applied=[
+            probectl_pb.AppliedProbe(path=p.path, container_name=p.container_name, type=p.probe_type, probe_id=probe_id)
+            for p, probe_id in applied])
+        _print(render.structured(render.message_dict(done), args.output))
     elif applied:
         rows = ([render.truncate_id(probe_id, args.no_trunc), p.container_name, render.type_name(p.probe_type),
                  render.handler_text(p.spec), p.path] for p, probe_id in applied)
@@ -451,7 +451,7 @@ def cmd_exec(args) -> int:
     if args.output == "table":
         _print(render.attempt_text(response.attempt, response.trace_id, _bar()))
     else:
-        _print(render.structured(render.exec_result(response), args.output))
+        _print(render.structured(render.message_dict(response), args.output))
     return EXIT_CODES.get(response.attempt.result, EXIT_UNKNOWN)
 
 
@@ -469,7 +469,7 @@ def cmd_rm(args) -> int:
     return EXIT_OK
 
 
-def _measure_workers(sandboxes: list[service_pb.ProbeSandbox], interval_s: float) -> list[render.WorkerUsage]:
+def _measure_workers(sandboxes: list[service_pb.ProbeSandbox], interval_s: float) -> list[probectl_pb.WorkerUsage]:
     """psutil's view of each worker. CPU% over one shared interval: every process is sampled, the interval
     passes once, every process is sampled again (psutil's cpu_percent(None) protocol), so N workers take
     one interval, not N."""
@@ -499,10 +499,10 @@ def _measure_workers(sandboxes: list[service_pb.ProbeSandbox], interval_s: float
                 pass
         if worker.started_at:
             uptime = now - worker.started_at / 1e9
-        usage.append(render.WorkerUsage(
+        usage.append(probectl_pb.WorkerUsage(
             pid=worker.pid, pod_sandbox_id=sandbox.id, netns_path=worker.netns_path or sandbox.netns_path,
-            state=render.worker_state_name(worker.state), uptime_s=uptime, pss_bytes=pss, cpu_percent=cpu,
-            probes=sandbox.probes, restarts=worker.restarts))
+            state=worker.state, uptime_seconds=uptime, pss_bytes=pss, cpu_percent=cpu, probes=sandbox.probes,
+            restarts=worker.restarts))
     return usage
 
 
@@ -513,7 +513,7 @@ def cmd_workers(args) -> int:
     if args.output == "table":
         _print(render.workers_table(usage, args.no_trunc))
     else:
-        _print(render.structured({"workers": [w.as_dict() for w in usage]}, args.output))
+        _print(render.structured(render.message_dict(probectl_pb.WorkersResult(workers=usage)), args.output))
     return EXIT_OK
 
 

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probectl_pb2 as probectl_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_duration
 from probe_api.grpc_codes import attempt_grpc_status
@@ -299,33 +300,14 @@ def pods_table(sandboxes: Iterable[service_pb.ProbeSandbox], now_ns: int, no_tru
     return table(PODS_HEADERS, rows)
 
 
-@dataclass(frozen=True)
-class WorkerUsage:
-    """A worker process as the operator sees its cost (psutil numbers; None when not measurable)."""
-    pid: int
-    pod_sandbox_id: str
-    netns_path: str
-    state: str
-    uptime_s: float | None
-    pss_bytes: int | None
-    cpu_percent: float | None
-    probes: int
-    restarts: int
-
-    def as_dict(self) -> dict:
-        return {"pid": self.pid, "podSandboxId": self.pod_sandbox_id, "netnsPath": self.netns_path,
-                "state": self.state, "uptimeSeconds": self.uptime_s, "pssBytes": self.pss_bytes,
-                "cpuPercent": self.cpu_percent, "probes": self.probes, "restarts": self.restarts}
-
-
 WORKERS_HEADERS = ("PID", "POD", "NETNS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS")
 
 
-def workers_table(workers: Iterable[WorkerUsage], no_trunc: bool = False) -> str:
+def workers_table(workers: Iterable[probectl_pb.WorkerUsage], no_trunc: bool = False) -> str:
     rows = ([w.pid or NONE, truncate_id(w.pod_sandbox_id, no_trunc), w.netns_path or NONE,
-             NONE if w.uptime_s is None else human_duration(w.uptime_s),
-             NONE if w.pss_bytes is None else human_bytes(w.pss_bytes),
-             NONE if w.cpu_percent is None else f"{w.cpu_percent:.1f}", w.probes, w.restarts] for w in workers)
+             human_duration(w.uptime_seconds) if w.HasField("uptime_seconds") else NONE,
+             human_bytes(w.pss_bytes) if w.HasField("pss_bytes") else NONE,
+             f"{w.cpu_percent:.1f}" if w.HasField("cpu_percent") else NONE, w.probes, w.restarts] for w in workers)
     return table(WORKERS_HEADERS, rows)
 
 
@@ -392,30 +374,6 @@ def attempt_text(attempt: spec_pb.Attempt, trace_id: str = "", bar: str = "█")
     if len(output_lines) > 1:
         text += "\nOutput:\n" + "\n".join("  " + one_line(line, 1000) for line in output_lines)
     return text + "\n\n" + waterfall(attempt, bar=bar)
-
-
-def phase_dict(phase: spec_pb.Phase) -> dict:
-    return {"name": phase.name, "start_ms": phase.start_offset_ns / 1e6, "duration_ms": phase.duration_ns / 1e6,
-            "detail": phase.detail, "error": phase.error, "children": [phase_dict(c) for c in phase.children]}
-
-
-def _rfc3339(unix_ns: int) -> str:
-    if not unix_ns:
-        return ""
-    moment = datetime.datetime.fromtimestamp(unix_ns // 1_000_000_000, tz=datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{unix_ns % 1_000_000_000:09d}Z"
-
-
-def exec_result(response: service_pb.ExecProbeResponse) -> dict:
-    """`probectl exec -o json`: a result object for scripts (keys fixed by the issue, grpc_health_probe style)."""
-    attempt = response.attempt
-    return {
-        "result": result_name(attempt.result), "output": attempt.output,
-        "duration_ms": attempt.duration_ns / 1e6, "address": attempt.address,
-        "started_at": _rfc3339(attempt.started_at_unix_ns), "http_status_code": attempt.http_status_code,
-        "grpc_status": attempt_grpc_status(attempt), "trace_id": response.trace_id, "span_id": response.span_id,
-        "trace": [phase_dict(p) for p in attempt.phases],
-    }
 
 
 # --- watch -----------------------------------------------------------------------------
