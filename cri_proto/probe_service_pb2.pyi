@@ -205,6 +205,26 @@ class BridgedHandler(_message.Message):
     last_exec_at: int
     def __init__(self, role: _Optional[str] = ..., last_exec_at: _Optional[int] = ...) -> None: ...
 
+class FieldViolation(_message.Message):
+    __slots__ = ("field", "type", "value", "detail")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    type: str
+    value: str
+    detail: str
+    def __init__(self, field: _Optional[str] = ..., type: _Optional[str] = ..., value: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class FieldViolations(_message.Message):
+    __slots__ = ("violations", "omitted")
+    VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_FIELD_NUMBER: _ClassVar[int]
+    violations: _containers.RepeatedCompositeFieldContainer[FieldViolation]
+    omitted: int
+    def __init__(self, violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ..., omitted: _Optional[int] = ...) -> None: ...
+
 class ProbeStatusRequest(_message.Message):
     __slots__ = ("filter",)
     FILTER_FIELD_NUMBER: _ClassVar[int]

@@ -17,6 +17,9 @@ DEFAULT_ENDPOINT = f"unix://{DEFAULT_SOCKET}"
 # probectl reads status listings up to it.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
+# An INVALID_ARGUMENT answer's errors as data (a FieldViolations message), in its trailing metadata.
+FIELD_VIOLATIONS_KEY = "probe-shim-field-violations-bin"
+
 # Workers parse bytes chosen by pods, so they run as nobody / nogroup by default and never as root.
 WORKER_UID = 65534
 WORKER_GID = 65534

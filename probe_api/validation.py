@@ -21,6 +21,7 @@ Our additions to the Kubernetes rules, each marked `# addition` below:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,7 +104,17 @@ def effective_timing(spec: spec_pb.ProbeSpec) -> Timing:
 
 
 def validate_probe(probe_type: int, spec: spec_pb.ProbeSpec, root: str = "spec") -> list[str]:
-    """All errors, in Kubernetes order; an empty list means the probe may run."""
+    """All errors as text, in Kubernetes order; an empty list means the probe may run."""
+    return texts(probe_errors(probe_type, spec, root))
+
+
+def texts(errors: Sequence[FieldError]) -> list[str]:
+    """Errors for display: field.Error.Error() of each."""
+    return [str(error) for error in errors]
+
+
+def probe_errors(probe_type: int, spec: spec_pb.ProbeSpec, root: str = "spec") -> list[FieldError]:
+    """All errors, structured, in Kubernetes order (validate_probe is the same as text)."""
     errors: list[FieldError] = []
     if probe_type == spec_pb.PROBE_TYPE_UNSPECIFIED:
         # The type sits beside the spec in every request, hence a path outside root.
@@ -149,7 +160,7 @@ def validate_probe(probe_type: int, spec: spec_pb.ProbeSpec, root: str = "spec")
     # addition: proto3 enums are open, an unknown number would reach the executors.
     errors += _validate_enum(f"{root}.target", spec.target, spec_pb.Target)
     errors += _validate_enum(f"{root}.ip_family", spec.ip_family, spec_pb.IPFamily)
-    return [str(error) for error in errors]
+    return errors
 
 
 def port_name_errors(name: str) -> list[str]:
@@ -291,6 +302,13 @@ def _validate_enum(path: str, value: int, enum) -> list[FieldError]:
     return [FieldError.not_supported(path, value, tuple(enum.keys()))]
 
 
+@dataclass(frozen=True)
+class PrintedValue:
+    """A bad value already printed the Go way (a FieldViolation's value): shown as it is."""
+
+    text: str
+
+
 class _OmitValue:
     """field.omitValue: the body shows the error type without the bad value."""
 
@@ -342,11 +360,22 @@ class FieldError:
     def too_many(cls, path: str, count: int, max_count: int) -> FieldError:
         return cls(cls.TOO_MANY, path, count, f"must have at most {max_count} items")
 
+    def with_path(self, path: str, bad_value: object = OMIT_VALUE) -> FieldError:
+        """The same error under another name (and, when given, with its value shown another way)."""
+        return dataclasses.replace(self, path=path,
+                                   bad_value=self.bad_value if bad_value is OMIT_VALUE else bad_value)
+
+    def value_text(self) -> str:
+        """The bad value as the body prints it; "" when the body does not show it."""
+        if self.type in (self.REQUIRED, self.FORBIDDEN, self.TOO_LONG) or self.bad_value is OMIT_VALUE:
+            return ""
+        return _go_value(self.bad_value)
+
     def body(self) -> str:
         """ErrorBody(): Required, Forbidden and Too long never show the value."""
         text = self.type
-        if self.type not in (self.REQUIRED, self.FORBIDDEN, self.TOO_LONG) and self.bad_value is not OMIT_VALUE:
-            text += ": " + _go_value(self.bad_value)
+        if value := self.value_text():
+            text += ": " + value
         if self.detail:
             text += ": " + self.detail
         return text
@@ -356,6 +385,8 @@ class FieldError:
 
 
 def _go_value(value: object) -> str:
+    if isinstance(value, PrintedValue):
+        return value.text
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -16,7 +16,9 @@ import grpc
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
+from probe_api.defaults import FIELD_VIOLATIONS_KEY
 from shim.registry import InvalidRequest, LimitExceeded, ProbeRegistry
+from shim.request_rules import field_violations
 from shim.sandboxes import RuntimeUnavailable, SandboxNotFound, SandboxNotReady
 from shim.store import StoreUnavailable
 from shim.supervisor import WorkerRejected, WorkerUnavailable
@@ -53,8 +55,11 @@ def _status_errors(method):
             return await method(self, request, context)
         except tuple(exc for exc, _ in _CODES) as exc:
             code = next(code for kind, code in _CODES if isinstance(exc, kind))
+            trailing = ()
+            if isinstance(exc, InvalidRequest):  # the same errors as data, for clients that map field paths
+                trailing = ((FIELD_VIOLATIONS_KEY, field_violations(exc.errors).SerializeToString()),)
             # asyncio's TimeoutError carries no text; the caller still deserves a sentence.
-            await context.abort(code, str(exc) or f"{method.__name__}: the worker did not answer in time")
+            await context.abort(code, str(exc) or f"{method.__name__}: the worker did not answer in time", trailing)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # a bug, not the caller's fault: INTERNAL with what it was, never a bare UNKNOWN

@@ -18,6 +18,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import longest_attempt_ms
+from probe_api.validation import FieldError, texts
 from shim import request_rules as rules
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
 from shim.results import ProbeLabels, ResultsManager
@@ -31,8 +32,10 @@ EXEC_GRACE_S = 5.0
 
 
 class InvalidRequest(Exception):
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("; ".join(errors))
+    """str() is the errors as the answer's message shows them; `errors` are the same as data."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(rules.bounded(texts(errors))))
         self.errors = errors
 
 
@@ -116,7 +119,7 @@ class ProbeRegistry:
     # --- API -----------------------------------------------------------------------
 
     async def run_probe(self, req: service_pb.RunProbeRequest, traceparent: str | None = None) -> str:
-        errors = rules.validate_run_probe(req, self._config.allow_host_field)
+        errors = rules.run_probe_errors(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
         if rules.uses_host_field(req.spec):
@@ -142,7 +145,7 @@ class ProbeRegistry:
         return probe_id
 
     async def stop_probe(self, req: service_pb.StopProbeRequest) -> list[str]:
-        errors = rules.validate_stop_probe(req)
+        errors = rules.stop_probe_errors(req)
         if errors:
             raise InvalidRequest(errors)
         async with self._lock:
@@ -157,7 +160,7 @@ class ProbeRegistry:
         return ids
 
     async def exec_probe(self, req: service_pb.ExecProbeRequest, traceparent: str | None) -> service_pb.ExecProbeResponse:
-        errors = rules.validate_exec_probe(req, self._config.allow_host_field)
+        errors = rules.exec_probe_errors(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
         sandbox = await self._exec_sandboxes.resolve(req.pod_sandbox_id)

@@ -8,10 +8,11 @@ field, and the bound on how much error text one answer carries.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.validation import FieldError, validate_probe
+from probe_api.validation import FieldError, probe_errors, texts
 
 # Size limits of the request's own fields. A registration is kept in memory, in the
 # store and sent to every watcher: each field is bounded, far above any real value.
@@ -27,21 +28,22 @@ MAX_PROTOCOL_BYTES = 8           # TCP, UDP, SCTP
 # metadata: past this many bytes the rest is only counted.
 MAX_ERRORS_BYTES = 4096
 
-HOST_GATE = (
-    "Forbidden: the host field makes the runtime connect to any address the node can reach "
+HOST_GATE_DETAIL = (
+    "the host field makes the runtime connect to any address the node can reach "
     "(blind SSRF around NetworkPolicy, kubernetes#99425). Probes run inside the pod: leave host "
     "empty, or set allow_host_field = true in the daemon's config to accept it"
 )
+HOST_GATE = f"{FieldError.FORBIDDEN}: {HOST_GATE_DETAIL}"
 
 
-def host_field_errors(spec: spec_pb.ProbeSpec, allow_host: bool, root: str = "spec") -> list[str]:
+def host_field_errors(spec: spec_pb.ProbeSpec, allow_host: bool, root: str = "spec") -> list[FieldError]:
     if allow_host:
         return []
     errors = []
     if spec.HasField("http_get") and spec.http_get.host:
-        errors.append(f"{root}.http_get.host: {HOST_GATE}")
+        errors.append(FieldError.forbidden(f"{root}.http_get.host", HOST_GATE_DETAIL))
     if spec.HasField("tcp_socket") and spec.tcp_socket.host:
-        errors.append(f"{root}.tcp_socket.host: {HOST_GATE}")
+        errors.append(FieldError.forbidden(f"{root}.tcp_socket.host", HOST_GATE_DETAIL))
     return errors
 
 
@@ -50,27 +52,60 @@ def uses_host_field(spec: spec_pb.ProbeSpec) -> bool:
 
 
 def validate_run_probe(req: service_pb.RunProbeRequest, allow_host: bool) -> list[str]:
+    """The errors of a RunProbe request as its answer shows them (bounded); run_probe_errors has them as data."""
+    return bounded(texts(run_probe_errors(req, allow_host)))
+
+
+def validate_exec_probe(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[str]:
+    return bounded(texts(exec_probe_errors(req, allow_host)))
+
+
+def validate_stop_probe(req: service_pb.StopProbeRequest) -> list[str]:
+    return texts(stop_probe_errors(req))
+
+
+def run_probe_errors(req: service_pb.RunProbeRequest, allow_host: bool) -> list[FieldError]:
     errors = []
     if not req.pod_sandbox_id:
-        errors.append("pod_sandbox_id: Required value")
+        errors.append(FieldError.required("pod_sandbox_id"))
     if not req.container_id and not req.container_name:
-        errors.append("container_name: Required value: give container_id, container_name or both")
+        errors.append(FieldError.required("container_name", "give container_id, container_name or both"))
     errors += _too_long("pod_sandbox_id", req.pod_sandbox_id, MAX_ID_BYTES)
     errors += _too_long("container_id", req.container_id, MAX_ID_BYTES)
     errors += _too_long("container_name", req.container_name, MAX_CONTAINER_NAME_BYTES)
     errors += _label_errors(req.labels)
     errors += _container_port_errors(req.container_ports)
-    errors += validate_probe(req.type, req.spec, root="spec")
-    errors += host_field_errors(req.spec, allow_host)
-    return bounded(errors)
+    errors += probe_errors(req.type, req.spec, root="spec")
+    return errors + host_field_errors(req.spec, allow_host)
 
 
-def validate_exec_probe(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[str]:
-    errors = [] if req.pod_sandbox_id else ["pod_sandbox_id: Required value"]
+def exec_probe_errors(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[FieldError]:
+    errors = [] if req.pod_sandbox_id else [FieldError.required("pod_sandbox_id")]
     errors += _too_long("pod_sandbox_id", req.pod_sandbox_id, MAX_ID_BYTES)
     errors += _container_port_errors(req.container_ports)
-    errors += validate_probe(req.type or spec_pb.READINESS, req.spec, root="spec")
-    return bounded(errors + host_field_errors(req.spec, allow_host))
+    errors += probe_errors(req.type or spec_pb.READINESS, req.spec, root="spec")
+    return errors + host_field_errors(req.spec, allow_host)
+
+
+def stop_probe_errors(req: service_pb.StopProbeRequest) -> list[FieldError]:
+    if req.probe_id and (req.pod_sandbox_id or req.container_id):
+        return [FieldError.forbidden("probe_id", "give either probe_id, or pod_sandbox_id (optionally with container_id)")]
+    if req.container_id and not req.pod_sandbox_id:
+        return [FieldError.required("pod_sandbox_id", "container_id selects within a sandbox")]
+    if not req.probe_id and not req.pod_sandbox_id:
+        return [FieldError.required("probe_id", "give probe_id, or pod_sandbox_id (optionally with container_id)")]
+    return []
+
+
+def field_violations(errors: Sequence[FieldError]) -> service_pb.FieldViolations:
+    """The errors as data for the answer's trailing metadata: the same ones its message shows."""
+    shown = bounded(texts(errors))
+    kept = errors[:len(shown)] if len(shown) == len(errors) else errors[:len(shown) - 1]
+    return service_pb.FieldViolations(
+        violations=[service_pb.FieldViolation(field=e.path, type=e.type, value=e.value_text(), detail=e.detail)
+                    for e in kept],
+        omitted=len(errors) - len(kept),
+    )
 
 
 def bounded(errors: list[str], max_bytes: int = MAX_ERRORS_BYTES) -> list[str]:
@@ -83,9 +118,9 @@ def bounded(errors: list[str], max_bytes: int = MAX_ERRORS_BYTES) -> list[str]:
     return errors
 
 
-def _too_long(path: str, value: str, max_bytes: int) -> list[str]:
+def _too_long(path: str, value: str, max_bytes: int) -> list[FieldError]:
     if _utf8_len(value) > max_bytes:
-        return [str(FieldError.too_long(path, max_bytes))]
+        return [FieldError.too_long(path, max_bytes)]
     return []
 
 
@@ -93,37 +128,27 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _label_errors(labels) -> list[str]:
+def _label_errors(labels) -> list[FieldError]:
     if len(labels) > MAX_LABELS:
-        return [str(FieldError.too_many("labels", len(labels), MAX_LABELS))]
+        return [FieldError.too_many("labels", len(labels), MAX_LABELS)]
     errors = []
     for key in sorted(labels):
         if _utf8_len(key) > MAX_LABEL_KEY_BYTES:
             detail = f"a key must be no more than {MAX_LABEL_KEY_BYTES} bytes"
-            errors.append(str(FieldError.invalid("labels", key, detail)))
+            errors.append(FieldError.invalid("labels", key, detail))
         else:
             errors += _too_long(f"labels[{key}]", labels[key], MAX_LABEL_VALUE_BYTES)
     return errors
 
 
-def _container_port_errors(ports) -> list[str]:
+def _container_port_errors(ports) -> list[FieldError]:
     if len(ports) > MAX_CONTAINER_PORTS:
-        return [str(FieldError.too_many("container_ports", len(ports), MAX_CONTAINER_PORTS))]
+        return [FieldError.too_many("container_ports", len(ports), MAX_CONTAINER_PORTS)]
     errors = []
     for index, port in enumerate(ports):
         errors += _too_long(f"container_ports[{index}].name", port.name, MAX_PORT_NAME_BYTES)
         errors += _too_long(f"container_ports[{index}].protocol", port.protocol, MAX_PROTOCOL_BYTES)
     return errors
-
-
-def validate_stop_probe(req: service_pb.StopProbeRequest) -> list[str]:
-    if req.probe_id and (req.pod_sandbox_id or req.container_id):
-        return ["probe_id: Forbidden: give either probe_id, or pod_sandbox_id (optionally with container_id)"]
-    if req.container_id and not req.pod_sandbox_id:
-        return ["pod_sandbox_id: Required value: container_id selects within a sandbox"]
-    if not req.probe_id and not req.pod_sandbox_id:
-        return ["probe_id: Required value: give probe_id, or pod_sandbox_id (optionally with container_id)"]
-    return []
 
 
 def container_key(req: service_pb.RunProbeRequest) -> str:

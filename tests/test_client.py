@@ -154,6 +154,12 @@ def test_daemon_errors_are_one_line_with_their_code(client, pod_netns):
     message = str(err.value)
     assert "\n" not in message and message.startswith("INVALID_ARGUMENT: ")
     assert "spec.http_get.port: Invalid value: 0" in message and "spec.success_threshold" in message
+    # The same errors as data, field by field, as the message words them.
+    assert [(v.field, v.type, v.value, v.detail) for v in err.value.violations] == [
+        ("spec.http_get.port", "Invalid value", "0", "must be between 1 and 65535, inclusive"),
+        ("spec.success_threshold", "Invalid value", "3", "must be 1"),
+    ]
+    assert "; ".join(f"{v.field}: {v.type}: {v.value}: {v.detail}" for v in err.value.violations) == err.value.details
     with pytest.raises(NotFoundError) as err:
         client.run_probe("cps-no-such-netns", "app", spec_pb.READINESS, tcp_spec(80))
     assert "cps-no-such-netns" in str(err.value)

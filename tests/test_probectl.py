@@ -351,6 +351,17 @@ def test_apply_error_names_the_manifest_path(probectl, pod_netns, tmp_path):
     assert_one_line_error(unreadable, 1, "missing.yaml")
 
 
+def test_a_daemon_refusal_of_apply_names_the_manifest_path(probectl, pod_netns, tmp_path):
+    """The host gate is the daemon's, not the manifest's: its error comes back as data and is named in the
+    manifest's words."""
+    manifest = tmp_path / "host.yaml"
+    manifest.write_text(MANIFEST.replace("        path: /echo\n", "        path: /echo\n        host: 10.0.0.1\n"))
+    result = probectl("apply", "-f", str(manifest), "--pod", pod_netns.name)
+    assert result.rc == 1 and result.out == ""
+    assert (f"probectl: INVALID_ARGUMENT: {manifest}: spec.containers[0].readinessProbe.httpGet.host: Forbidden: "
+            "the host field makes the runtime connect") in result.err
+
+
 # --- rm, pods, workers -----------------------------------------------------------------------
 
 def test_rm_by_id_and_by_pod(daemon, probectl, pod_netns, servers):

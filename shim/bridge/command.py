@@ -37,7 +37,7 @@ from google.protobuf.message import DecodeError
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
-from probe_api.validation import validate_probe
+from probe_api.validation import probe_errors
 from shim.client import specs
 from shim.client.manifest import InvalidField, handler_spec, kubernetes_error
 from shim.request_rules import bounded, host_field_errors
@@ -152,8 +152,8 @@ def parse_command(cmd: Sequence[str], *, ports: Sequence[spec_pb.ContainerPort],
     _apply_placement(spec, flags)
     spec.timeout_ms = timeout_ms
     call = BridgedCall(role, spec)
-    errors = [_argument_path(kubernetes_error(error, "spec"))
-              for error in validate_probe(call.probe_type, spec, root="spec") + host_field_errors(spec, allow_host)]
+    errors = [_argument_path(str(kubernetes_error(error, "spec")))
+              for error in probe_errors(call.probe_type, spec, root="spec") + host_field_errors(spec, allow_host)]
     if errors:
         raise BadArguments(errors)
     if errors := _named_port_errors(spec, ports):  # only for names that are valid: one error per field

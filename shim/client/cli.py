@@ -27,7 +27,7 @@ from shim.client import convert, render, specs
 from shim.client.client import (
     DEFAULT_ENDPOINT, ENDPOINT_ENV, NotFoundError, ProbeShimClient, ShimError, ShimUnavailable,
 )
-from shim.client.manifest import probes_from_manifest
+from shim.client.manifest import daemon_errors, probes_from_manifest
 
 EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE, EXIT_UNKNOWN, EXIT_FAILURE = 0, 1, 2, 3, 4
 EXIT_CODES = {spec_pb.RESULT_SUCCESS: EXIT_OK, spec_pb.RESULT_WARNING: EXIT_OK,
@@ -358,8 +358,10 @@ def cmd_apply(args) -> int:
                 probe_id = client.run_probe(args.pod, probe.container_name, probe.probe_type, probe.spec,
                                             container_ports=probe.container_ports)
             except ShimError as exc:
-                # The daemon's field names are relative to the probe; the manifest path says which one.
-                raise ShimError(exc.code, f"{args.filename}: {probe.path}: {exc.details}") from exc
+                # The daemon names fields of its request; said in the manifest's words where it gave them as data.
+                errors = daemon_errors(exc.violations, probe.path)
+                details = "; ".join(errors) if errors else f"{probe.path}: {exc.details}"
+                raise ShimError(exc.code, f"{args.filename}: {details}") from exc
             applied.append((probe, probe_id))
     if args.output != "table":
         done = probectl_pb.ApplyResult(skipped=result.skipped, applied=[

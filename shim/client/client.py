@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.defaults import DEFAULT_ENDPOINT, MAX_MESSAGE_BYTES, longest_attempt_ms
+from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES, longest_attempt_ms
 from probe_api.endpoints import upstream_target
 
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
@@ -67,11 +68,14 @@ class ShimUnavailable(Exception):
 
 
 class ShimError(Exception):
-    """The shim answered with an error; str() is `CODE: details` on one line."""
+    """The shim answered with an error; str() is `CODE: details` on one line. An INVALID_ARGUMENT carries its
+    errors as data too (`violations`: FieldViolation messages naming each field)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str,
+                 violations: Sequence[service_pb.FieldViolation] = ()) -> None:
         self.code = code
         self.details = details
+        self.violations = list(violations)
         super().__init__(f"{code.name}: {_one_line(details)}")
 
 
@@ -280,11 +284,21 @@ class ProbeShimClient:
             return ShimError(code, f"no answer from the probe shim at {self.endpoint} in time (see -t/--timeout)")
         if code == grpc.StatusCode.NOT_FOUND:
             return NotFoundError(code, details)
-        return ShimError(code, details)
+        return ShimError(code, details, _violations(exc))
 
 
     def _socket_missing(self) -> bool:
         return self._socket_path is not None and not os.path.exists(self._socket_path)
+
+
+def _violations(exc: grpc.RpcError) -> list[service_pb.FieldViolation]:
+    for key, value in exc.trailing_metadata() or ():
+        if key == FIELD_VIOLATIONS_KEY:
+            try:
+                return list(service_pb.FieldViolations.FromString(value).violations)
+            except DecodeError:
+                return []
+    return []
 
 
 class _ResumePoint:

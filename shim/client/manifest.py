@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
-from probe_api.validation import port_name_errors, validate_probe
+from probe_api.validation import OMIT_VALUE, FieldError, PrintedValue, port_name_errors, probe_errors
 
 PROBE_FIELDS = (("livenessProbe", spec_pb.LIVENESS), ("readinessProbe", spec_pb.READINESS),
                 ("startupProbe", spec_pb.STARTUP))
@@ -63,7 +64,7 @@ _TIMING = {
 _K8S_NAMES = {"http_get": "httpGet", "tcp_socket": "tcpSocket", "http_headers": "httpHeaders",
               **{proto: k8s for k8s, (proto, _, _) in _TIMING.items()}}
 _MS_FIELDS = {proto for proto, per_unit, _ in _TIMING.values() if per_unit == 1000}
-_INVALID_VALUE_RE = re.compile(r"Invalid value: (-?\d+)(?=:|$)")
+_INTEGER_RE = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -212,10 +213,10 @@ def _read_probe(probe: object, path: str, probe_type: int, container_name: str,
     if handlers == ["exec"]:
         result.skipped.append(f"{path}: {EXEC_NOTE}")
         return
-    # validate_probe refuses exec (the shim cannot run it); the Kubernetes API accepts it, and a lone exec
+    # probe_errors refuses exec (the shim cannot run it); the Kubernetes API accepts it, and a lone exec
     # handler was skipped above, so that refusal is not this manifest's error.
-    errors = [kubernetes_error(error, path) for error in validate_probe(probe_type, spec, root=path)
-              if not error.startswith(f"{path}.exec: Unsupported value")]
+    errors = [str(kubernetes_error(error, path)) for error in probe_errors(probe_type, spec, root=path)
+              if not (error.path == f"{path}.exec" and error.type == FieldError.NOT_SUPPORTED)]
     if errors:
         result.errors.extend(errors)
         return
@@ -335,18 +336,33 @@ def _integer(value: object, path: str, *, bits: int, required: bool = False) -> 
 
 # --- messages ----------------------------------------------------------------------------------------------------
 
-def kubernetes_error(error: str, root: str) -> str:
-    """`<root>.http_get.port: ...` -> `<root>.httpGet.port: ...`; a *_ms field's value back in seconds."""
-    if not error.startswith(root):
+def kubernetes_error(error: FieldError, root: str) -> FieldError:
+    """`<root>.http_get.port` -> `<root>.httpGet.port`; a *_ms field's value back in seconds."""
+    if not error.path.startswith(root):
         return error
-    field_path, sep, body = error[len(root):].partition(": ")
-    segments = field_path.split(".")
-    leaf = re.sub(r"\[\d+\]$", "", segments[-1]) if segments else ""
-    if leaf in _MS_FIELDS:
-        # Values were seconds x 1000, so the division is exact.
-        body = _INVALID_VALUE_RE.sub(lambda m: f"Invalid value: {int(m.group(1)) // 1000}", body, count=1)
-    renamed = ".".join(_rename(segment) for segment in segments)
-    return f"{root}{renamed}{sep}{body}"
+    segments = error.path[len(root):].split(".")
+    leaf = re.sub(r"\[\d+\]$", "", segments[-1])
+    value = error.bad_value
+    if leaf in _MS_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+        value = value // 1000  # the values were seconds x 1000, so the division is exact
+    return error.with_path(root + ".".join(_rename(segment) for segment in segments), value)
+
+
+def daemon_errors(violations: Sequence[service_pb.FieldViolation], probe_path: str) -> list[str]:
+    """The daemon's errors of one probe (fields of its request: spec.http_get.port) in the manifest's words
+    (spec.containers[0].readinessProbe.httpGet.port), durations back in seconds."""
+    out = []
+    for violation in violations:
+        if violation.field != "spec" and not violation.field.startswith("spec."):
+            continue  # a field of the request, not of the probe: the manifest has no such path
+        value: object = OMIT_VALUE
+        if _INTEGER_RE.fullmatch(violation.value):
+            value = int(violation.value)
+        elif violation.value:
+            value = PrintedValue(violation.value)
+        error = FieldError(violation.type, probe_path + violation.field[len("spec"):], value, violation.detail)
+        out.append(str(kubernetes_error(error, probe_path)))
+    return out
 
 
 def _rename(segment: str) -> str:
