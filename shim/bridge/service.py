@@ -27,7 +27,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from shim.bridge import answer
-from shim.bridge.command import BadArguments, BridgedCall, marker_exec, parse_command
+from shim.bridge.command import HOOK_ROLES, BadArguments, BridgedCall, marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.sandbox_cache import ResolvedSandboxes
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
@@ -40,6 +40,7 @@ log = logging.getLogger("probe_shim.bridge")
 # is told the command timed out. The engine ends a probe at its timeout with the kubelet's own text.
 ANSWER_GRACE_S = 2.0
 DEFAULT_PROBE_TIMEOUT_S = 1  # what the kubelet sends when timeoutSeconds is left out (SetDefaults_Probe)
+
 
 def row_id(sandbox_id: str, container_id: str, role: str) -> str:
     """The status board id of a bridged handler: stable for its container, apart from registered probes' ids."""
@@ -113,7 +114,7 @@ class KubeletBridge:
 
     def _timeout_ms(self, request: cri_pb.ExecSyncRequest) -> int:
         """The kubelet sends the probe's timeoutSeconds, and 0 for hooks (pkg/kubelet/lifecycle passes no timeout)."""
-        if len(request.cmd) > 1 and request.cmd[1] in ("postStart", "preStop"):
+        if len(request.cmd) > 1 and request.cmd[1] in HOOK_ROLES:
             return int(request.timeout) * 1000 if request.timeout > 0 else self._hook_timeout_ms
         return int(request.timeout or DEFAULT_PROBE_TIMEOUT_S) * 1000
 
