@@ -17,6 +17,7 @@ import grpc
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from probe_api.defaults import FIELD_VIOLATIONS_KEY
+from shim.cri_proxy import traceparent_of
 from shim.registry import InvalidRequest, LimitExceeded, ProbeRegistry
 from shim.request_rules import field_violations
 from shim.sandboxes import RuntimeUnavailable, SandboxNotFound, SandboxNotReady
@@ -39,13 +40,6 @@ _CODES = (
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),  # state dir full or read-only: nothing was stored, retry later
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
-
-
-def _traceparent(context: grpc.aio.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == "traceparent":
-            return value
-    return None
 
 
 def _status_errors(method):
@@ -78,7 +72,7 @@ class ProbeServicer(service_grpc.ProbeServiceServicer):
 
     @_status_errors
     async def RunProbe(self, request, context):
-        return service_pb.RunProbeResponse(probe_id=await self._registry.run_probe(request, _traceparent(context)))
+        return service_pb.RunProbeResponse(probe_id=await self._registry.run_probe(request, traceparent_of(context.invocation_metadata())))
 
     @_status_errors
     async def StopProbe(self, request, context):
@@ -98,7 +92,7 @@ class ProbeServicer(service_grpc.ProbeServiceServicer):
 
     @_status_errors
     async def ExecProbe(self, request, context):
-        return await self._registry.exec_probe(request, _traceparent(context))
+        return await self._registry.exec_probe(request, traceparent_of(context.invocation_metadata()))
 
     @_status_errors
     async def ListProbeSandboxes(self, request, context):

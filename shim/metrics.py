@@ -26,7 +26,6 @@ from prometheus_client.metrics_core import Metric
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import LATE_AFTER_NS
-from shim.bridge.command import ROLES as BRIDGE_ROLES
 from shim.config import ConfigError
 
 if TYPE_CHECKING:  # the value only: results.py is the metrics' caller, not a dependency
@@ -168,8 +167,7 @@ class ShimMetrics:
             del self._attempt_series[key]
 
     def observe_bridged(self, role: str, answer: str) -> None:
-        # An unknown role is a caller's typo, not a new series per typo.
-        self._bridged.labels(role if role in BRIDGE_ROLES else "invalid", answer).inc()
+        self._bridged.labels(role, answer).inc()
 
     def set_workers(self, n: int) -> None:
         self._workers.set(n)

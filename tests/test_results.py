@@ -82,6 +82,9 @@ def test_a_removed_probe_takes_its_series_and_trace_parent_along():
     assert board.get("p1").last_trace_id == "0af7651916cd43dd8448eb211c80319c"
     results.probe_removed(board.get("p1"))
     assert sample(metrics, "prober_probe_total") is None
+    board.put(service_pb.Probe(probe_id="p1", pod_sandbox_id="sb-1", container_name="web", type=spec_pb.READINESS))
+    results.on_event("sb-1", attempt_event())
+    assert board.get("p1").last_trace_id != "0af7651916cd43dd8448eb211c80319c", "the removed probe's parent stayed"
 
 
 def test_a_bridged_handler_is_put_once_then_only_gets_attempts():

@@ -27,7 +27,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from shim.bridge import answer
-from shim.bridge.command import HOOK_ROLES, BadArguments, BridgedCall, marker_exec, parse_command
+from shim.bridge.command import HOOK_ROLES, ROLES, BadArguments, BridgedCall, marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.sandbox_cache import ResolvedSandboxes
 from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
@@ -66,7 +66,8 @@ class KubeletBridge:
     async def exec_sync(self, request: cri_pb.ExecSyncRequest, traceparent: str | None = None) -> answer.Answer:
         role = request.cmd[1] if len(request.cmd) > 1 else ""
         result = await self._answer(request, traceparent)
-        self._metrics.observe_bridged(role, answer.exit_code_of(result))
+        # An unknown role is a caller's typo, not a new series per typo.
+        self._metrics.observe_bridged(role if role in ROLES else "invalid", answer.exit_code_of(result))
         return result
 
     def forget_sandbox(self, sandbox_id: str) -> None:
@@ -123,11 +124,12 @@ class KubeletBridge:
     def _record(self, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall, attempt: spec_pb.Attempt,
                 traceparent: str | None) -> None:
         self._results.note_sandbox(sandbox)
+        now = time.time_ns()
         row = service_pb.Probe(
             probe_id=row_id(sandbox.id, container.id, call.role), pod_sandbox_id=sandbox.id, container_id=container.id,
             container_name=container.name, type=spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type,
-            spec=call.spec, labels=dict(container.labels), container_ports=container.ports, created_at=time.time_ns(),
-            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=time.time_ns()),
+            spec=call.spec, labels=dict(container.labels), container_ports=container.ports, created_at=now,
+            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=now),
         )
         # prober_probe_total counts probes; hooks are counted by the bridge's own counter.
         self._results.bridged_attempt(row, attempt, traceparent, counts_as_probe=not call.is_hook,

@@ -111,8 +111,7 @@ def test_a_named_port_resolves_from_the_containers_ports(containerd, kubelet, po
 def test_a_probe_that_outlives_its_timeout_reads_as_the_kubelets_timeout(containerd, kubelet, pod, in_pod):
     port = in_pod(pod, HTTP_SERVER)
     answer, verdict = probe(kubelet, pod.containers["http"], readiness({"httpGet": {"path": "/hang", "port": port}}))
-    assert answer.exit_code == 1
-    assert verdict == probe_verdict([], 0, answer)
+    assert answer.exit_code == 1 and verdict.result == "failure"
     assert verdict.output == (f'Get "http://{pod.ip}:{port}/hang": context deadline exceeded '
                               "(Client.Timeout exceeded while awaiting headers)")
 
@@ -177,6 +176,7 @@ def test_bridged_attempts_are_visible_like_any_probe(containerd, make_shim):
     assert next(watch).type == service_pb.SNAPSHOT_COMPLETE
     for _ in range(2):
         assert kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S).exit_code == 1
+    assert kubelet.exec_sync(container, [MARKER, "readyness", "--tcp", "80"], PROBE_TIMEOUT_S).exit_code == 2
     events = [next(watch) for _ in range(3)]
     watch.cancel()
     assert [e.type for e in events] == [service_pb.UPDATED, service_pb.ATTEMPT, service_pb.ATTEMPT]
@@ -198,6 +198,7 @@ def test_bridged_attempts_are_visible_like_any_probe(containerd, make_shim):
     assert (f'prober_probe_total{{container="http",namespace="e2e",pod="bridged",pod_uid="{uid}",'
             f'probe_type="Readiness",result="failed"}} 2.0') in text
     assert 'probe_shim_bridged_execs_total{answer="1",role="readiness"} 2.0' in text
+    assert 'probe_shim_bridged_execs_total{answer="2",role="invalid"} 1.0' in text  # a typo is no new series
 
 
 def test_containers_created_behind_the_shim_or_before_a_restart_are_bridged(containerd, make_shim):
