@@ -232,7 +232,9 @@ def test_the_pods_worker_stays_up_between_calls_and_goes_with_the_pod(containerd
     assert row().worker.pid == first.pid, "a worker per call: the bridge must keep the pod's worker"
 
     kubelet.stop_pod(pod)  # the proxy stops the worker before containerd tears the pod down
-    assert row().worker.state == service_pb.WORKER_NONE
+    # The reconcile pass (every 0.5 s here) may already have dropped the rows of the not-ready sandbox.
+    after = row()
+    assert after is None or after.worker.state == service_pb.WORKER_NONE
     answer = kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
     assert answer.exit_code == 3 and answer.stderr.decode().startswith("cri-probe-shim: cannot probe: ")
     kubelet.remove_pod(pod)
