@@ -113,7 +113,7 @@ class ProbeFilter(_message.Message):
     def __init__(self, probe_id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., container_id: _Optional[str] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., container: _Optional[str] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("state", "pid", "netns_path", "netns_inode", "restarts", "last_error", "started_at")
+    __slots__ = ("state", "pid", "netns_path", "netns_inode", "restarts", "last_error", "started_at", "group", "group_sandboxes")
     STATE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     NETNS_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +121,8 @@ class WorkerStatus(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     state: WorkerState
     pid: int
     netns_path: str
@@ -128,7 +130,9 @@ class WorkerStatus(_message.Message):
     restarts: int
     last_error: str
     started_at: int
-    def __init__(self, state: _Optional[_Union[WorkerState, str]] = ..., pid: _Optional[int] = ..., netns_path: _Optional[str] = ..., netns_inode: _Optional[int] = ..., restarts: _Optional[int] = ..., last_error: _Optional[str] = ..., started_at: _Optional[int] = ...) -> None: ...
+    group: str
+    group_sandboxes: int
+    def __init__(self, state: _Optional[_Union[WorkerState, str]] = ..., pid: _Optional[int] = ..., netns_path: _Optional[str] = ..., netns_inode: _Optional[int] = ..., restarts: _Optional[int] = ..., last_error: _Optional[str] = ..., started_at: _Optional[int] = ..., group: _Optional[str] = ..., group_sandboxes: _Optional[int] = ...) -> None: ...
 
 class AttemptTotals(_message.Message):
     __slots__ = ("success", "warning", "failure", "unknown")

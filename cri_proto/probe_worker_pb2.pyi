@@ -8,10 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerConfig(_message.Message):
-    __slots__ = ("sandbox_id", "netns_path", "pod_ips", "user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms")
-    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
-    NETNS_PATH_FIELD_NUMBER: _ClassVar[int]
-    POD_IPS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group")
     USER_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_GID_FIELD_NUMBER: _ClassVar[int]
@@ -19,9 +16,7 @@ class WorkerConfig(_message.Message):
     MAX_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OPEN_FILES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
-    sandbox_id: str
-    netns_path: str
-    pod_ips: _containers.RepeatedScalarFieldContainer[str]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     user_agent_version: str
     run_as_uid: int
     run_as_gid: int
@@ -29,7 +24,22 @@ class WorkerConfig(_message.Message):
     max_memory_bytes: int
     max_open_files: int
     heartbeat_interval_ms: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., netns_path: _Optional[str] = ..., pod_ips: _Optional[_Iterable[str]] = ..., user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    group: str
+    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
+
+class AddSandbox(_message.Message):
+    __slots__ = ("sandbox_id", "pod_ips")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_IPS_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    pod_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sandbox_id: _Optional[str] = ..., pod_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemoveSandbox(_message.Message):
+    __slots__ = ("sandbox_id",)
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
 class ContainerRef(_message.Message):
     __slots__ = ("id", "name", "started_at_unix_ns", "ports")
@@ -44,18 +54,20 @@ class ContainerRef(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ...) -> None: ...
 
 class ProbeRegistration(_message.Message):
-    __slots__ = ("probe_id", "container", "type", "spec", "start_now")
+    __slots__ = ("probe_id", "container", "type", "spec", "start_now", "sandbox_id")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     START_NOW_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     container: ContainerRef
     type: _probe_spec_pb2.ProbeType
     spec: _probe_spec_pb2.ProbeSpec
     start_now: bool
-    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ...) -> None: ...
+    sandbox_id: str
+    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
 class AddProbe(_message.Message):
     __slots__ = ("probe",)
@@ -64,10 +76,12 @@ class AddProbe(_message.Message):
     def __init__(self, probe: _Optional[_Union[ProbeRegistration, _Mapping]] = ...) -> None: ...
 
 class RemoveProbe(_message.Message):
-    __slots__ = ("probe_id",)
+    __slots__ = ("probe_id", "sandbox_id")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
-    def __init__(self, probe_id: _Optional[str] = ...) -> None: ...
+    sandbox_id: str
+    def __init__(self, probe_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
 class RunOnce(_message.Message):
     __slots__ = ("probe", "max_tries", "lifecycle_hook")
@@ -92,7 +106,7 @@ class Shutdown(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerRequest(_message.Message):
-    __slots__ = ("seq", "config", "add_probe", "remove_probe", "run_once", "heartbeat", "shutdown")
+    __slots__ = ("seq", "config", "add_probe", "remove_probe", "run_once", "heartbeat", "shutdown", "add_sandbox", "remove_sandbox")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     ADD_PROBE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +114,8 @@ class WorkerRequest(_message.Message):
     RUN_ONCE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    ADD_SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_SANDBOX_FIELD_NUMBER: _ClassVar[int]
     seq: int
     config: WorkerConfig
     add_probe: AddProbe
@@ -107,21 +123,21 @@ class WorkerRequest(_message.Message):
     run_once: RunOnce
     heartbeat: Heartbeat
     shutdown: Shutdown
-    def __init__(self, seq: _Optional[int] = ..., config: _Optional[_Union[WorkerConfig, _Mapping]] = ..., add_probe: _Optional[_Union[AddProbe, _Mapping]] = ..., remove_probe: _Optional[_Union[RemoveProbe, _Mapping]] = ..., run_once: _Optional[_Union[RunOnce, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+    add_sandbox: AddSandbox
+    remove_sandbox: RemoveSandbox
+    def __init__(self, seq: _Optional[int] = ..., config: _Optional[_Union[WorkerConfig, _Mapping]] = ..., add_probe: _Optional[_Union[AddProbe, _Mapping]] = ..., remove_probe: _Optional[_Union[RemoveProbe, _Mapping]] = ..., run_once: _Optional[_Union[RunOnce, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., add_sandbox: _Optional[_Union[AddSandbox, _Mapping]] = ..., remove_sandbox: _Optional[_Union[RemoveSandbox, _Mapping]] = ...) -> None: ...
 
 class Ready(_message.Message):
-    __slots__ = ("pid", "netns_inode", "uid", "gid", "pod_ips")
+    __slots__ = ("pid", "netns_inode", "uid", "gid")
     PID_FIELD_NUMBER: _ClassVar[int]
     NETNS_INODE_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     GID_FIELD_NUMBER: _ClassVar[int]
-    POD_IPS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     netns_inode: int
     uid: int
     gid: int
-    pod_ips: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, pid: _Optional[int] = ..., netns_inode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., pod_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., netns_inode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
 
 class Fatal(_message.Message):
     __slots__ = ("message",)
@@ -140,32 +156,36 @@ class Ack(_message.Message):
     def __init__(self) -> None: ...
 
 class AttemptReport(_message.Message):
-    __slots__ = ("probe_id", "attempt", "state", "consecutive_successes", "consecutive_failures", "on_hold")
+    __slots__ = ("probe_id", "attempt", "state", "consecutive_successes", "consecutive_failures", "on_hold", "sandbox_id")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CONSECUTIVE_SUCCESSES_FIELD_NUMBER: _ClassVar[int]
     CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
     ON_HOLD_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     attempt: _probe_spec_pb2.Attempt
     state: _probe_spec_pb2.ProbeState
     consecutive_successes: int
     consecutive_failures: int
     on_hold: bool
-    def __init__(self, probe_id: _Optional[str] = ..., attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ...) -> None: ...
+    sandbox_id: str
+    def __init__(self, probe_id: _Optional[str] = ..., attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
 class StateChange(_message.Message):
-    __slots__ = ("probe_id", "previous", "state", "output")
+    __slots__ = ("probe_id", "previous", "state", "output", "sandbox_id")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     previous: _probe_spec_pb2.ProbeState
     state: _probe_spec_pb2.ProbeState
     output: str
-    def __init__(self, probe_id: _Optional[str] = ..., previous: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., output: _Optional[str] = ...) -> None: ...
+    sandbox_id: str
+    def __init__(self, probe_id: _Optional[str] = ..., previous: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., output: _Optional[str] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
 class WorkerEvent(_message.Message):
     __slots__ = ("seq", "ready", "fatal", "ack", "rejected", "attempt", "state_change", "heartbeat")
@@ -186,3 +206,25 @@ class WorkerEvent(_message.Message):
     state_change: StateChange
     heartbeat: Heartbeat
     def __init__(self, seq: _Optional[int] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., fatal: _Optional[_Union[Fatal, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., attempt: _Optional[_Union[AttemptReport, _Mapping]] = ..., state_change: _Optional[_Union[StateChange, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+
+class SocketRequest(_message.Message):
+    __slots__ = ("seq", "sandbox_id", "family", "count")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    sandbox_id: str
+    family: int
+    count: int
+    def __init__(self, seq: _Optional[int] = ..., sandbox_id: _Optional[str] = ..., family: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class SocketReply(_message.Message):
+    __slots__ = ("seq", "count", "error")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    count: int
+    error: str
+    def __init__(self, seq: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...

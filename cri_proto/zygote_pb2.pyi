@@ -1,7 +1,8 @@
 from cri_proto import probe_worker_pb2 as _probe_worker_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -12,13 +13,37 @@ class Spawn(_message.Message):
     config: _probe_worker_pb2.WorkerConfig
     def __init__(self, config: _Optional[_Union[_probe_worker_pb2.WorkerConfig, _Mapping]] = ...) -> None: ...
 
+class Assign(_message.Message):
+    __slots__ = ("worker_pid", "sandbox_id", "netns_path", "find_pod_ips")
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NETNS_PATH_FIELD_NUMBER: _ClassVar[int]
+    FIND_POD_IPS_FIELD_NUMBER: _ClassVar[int]
+    worker_pid: int
+    sandbox_id: str
+    netns_path: str
+    find_pod_ips: bool
+    def __init__(self, worker_pid: _Optional[int] = ..., sandbox_id: _Optional[str] = ..., netns_path: _Optional[str] = ..., find_pod_ips: _Optional[bool] = ...) -> None: ...
+
+class Unassign(_message.Message):
+    __slots__ = ("worker_pid", "sandbox_id")
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_pid: int
+    sandbox_id: str
+    def __init__(self, worker_pid: _Optional[int] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
+
 class ZygoteRequest(_message.Message):
-    __slots__ = ("seq", "spawn")
+    __slots__ = ("seq", "spawn", "assign", "unassign")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SPAWN_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGN_FIELD_NUMBER: _ClassVar[int]
     seq: int
     spawn: Spawn
-    def __init__(self, seq: _Optional[int] = ..., spawn: _Optional[_Union[Spawn, _Mapping]] = ...) -> None: ...
+    assign: Assign
+    unassign: Unassign
+    def __init__(self, seq: _Optional[int] = ..., spawn: _Optional[_Union[Spawn, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., unassign: _Optional[_Union[Unassign, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("pid", "preloaded_modules", "gc_frozen")
@@ -52,16 +77,34 @@ class WorkerExited(_message.Message):
     signal: int
     def __init__(self, pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ...) -> None: ...
 
+class Assigned(_message.Message):
+    __slots__ = ("netns_inode", "pod_ips")
+    NETNS_INODE_FIELD_NUMBER: _ClassVar[int]
+    POD_IPS_FIELD_NUMBER: _ClassVar[int]
+    netns_inode: int
+    pod_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, netns_inode: _Optional[int] = ..., pod_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AssignFailed(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
 class ZygoteEvent(_message.Message):
-    __slots__ = ("seq", "hello", "spawned", "spawn_failed", "exited")
+    __slots__ = ("seq", "hello", "spawned", "spawn_failed", "exited", "assigned", "assign_failed")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     SPAWNED_FIELD_NUMBER: _ClassVar[int]
     SPAWN_FAILED_FIELD_NUMBER: _ClassVar[int]
     EXITED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_FAILED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     spawned: Spawned
     spawn_failed: SpawnFailed
     exited: WorkerExited
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., spawned: _Optional[_Union[Spawned, _Mapping]] = ..., spawn_failed: _Optional[_Union[SpawnFailed, _Mapping]] = ..., exited: _Optional[_Union[WorkerExited, _Mapping]] = ...) -> None: ...
+    assigned: Assigned
+    assign_failed: AssignFailed
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., spawned: _Optional[_Union[Spawned, _Mapping]] = ..., spawn_failed: _Optional[_Union[SpawnFailed, _Mapping]] = ..., exited: _Optional[_Union[WorkerExited, _Mapping]] = ..., assigned: _Optional[_Union[Assigned, _Mapping]] = ..., assign_failed: _Optional[_Union[AssignFailed, _Mapping]] = ...) -> None: ...

@@ -13,6 +13,7 @@ lifecycle hook's (pkg/kubelet/lifecycle/handlers.go) instead of a probe's.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ class AttemptContext:
     lifecycle_hook: bool = False          # a lifecycle hook's semantics, not a probe's
     tls: ssl.SSLContext | None = None     # shared per worker: building one costs milliseconds
     happy_eyeballs_delay: float = 0.25    # RFC 8305 "Connection Attempt Delay"
+    # A socket of the family in the sandbox's netns (probe_worker.socket_source); None: made here, in this netns.
+    open_socket: Callable[[int], Awaitable[socket.socket]] | None = None
 
 
 @dataclass

@@ -3,9 +3,10 @@
 Races the candidate addresses Happy-Eyeballs style (RFC 8305): the first starts at
 once, each next one after `happy_eyeballs_delay` or as soon as the previous one
 fails; the first established connection wins and the others are closed. Sockets
-get SO_LINGER {on, 0}: closing sends RST and leaves no TIME_WAIT, so hundreds of
-probes per second against one pod do not pile up sockets (the kubelet sets
-SO_LINGER for the same reason), and close() never blocks the event loop.
+come from the attempt's socket source (probe_worker.socket_source: the netns broker
+in a worker), with SO_LINGER {on, 0}: closing sends RST and leaves no TIME_WAIT, so
+hundreds of probes per second against one pod do not pile up sockets (the kubelet
+sets SO_LINGER for the same reason), and close() never blocks the event loop.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
-import struct
 
 from probe_worker.attempt import AttemptContext, Endpoint
 from probe_api.gostrings import dial_error, join_host_port
-
-_LINGER_RST = struct.pack("ii", 1, 0)
+from probe_worker.socket_source import OpenSocket, new_local_socket
 
 
 class ConnectError(Exception):
@@ -29,12 +28,8 @@ class ConnectError(Exception):
         self.timed_out = timed_out
 
 
-def new_socket(family: int) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+async def _local_socket(family: int) -> socket.socket:
+    return new_local_socket(family)
 
 
 def close_quietly(sock: socket.socket | None) -> None:
@@ -57,7 +52,8 @@ async def connect(endpoint: Endpoint, ctx: AttemptContext) -> tuple[socket.socke
     with ctx.trace.phase("connect", label) as phase:
         try:
             async with asyncio.timeout_at(ctx.deadline):
-                sock, address = await _race(addresses, endpoint.port, ctx.happy_eyeballs_delay)
+                sock, address = await _race(addresses, endpoint.port, ctx.happy_eyeballs_delay,
+                                            ctx.open_socket or _local_socket)
         except TimeoutError:
             phase.error = "i/o timeout"
             raise ConnectError(dial_error(label, None, timed_out=True), timed_out=True) from None
@@ -102,9 +98,13 @@ def _interleave(addresses: list[str]) -> list[str]:
     return out
 
 
-async def _connect_one(address: str, port: int) -> socket.socket:
+async def _connect_one(address: str, port: int, open_socket: OpenSocket) -> socket.socket:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = new_socket(family)
+    try:
+        sock = await open_socket(family)
+    except OSError as exc:  # no socket to be had (the broker's reason): this address fails like a dial
+        exc.address = join_host_port(address, port)  # type: ignore[attr-defined]
+        raise
     try:
         await _sock_connect(sock, (address, port))
     except BaseException as exc:
@@ -139,9 +139,10 @@ async def _sock_connect(sock: socket.socket, address: tuple[str, int]) -> None:
     await asyncio.get_running_loop().sock_connect(sock, address)
 
 
-async def _race(addresses: list[str], port: int, delay: float) -> tuple[socket.socket, str]:
+async def _race(addresses: list[str], port: int, delay: float,
+                open_socket: OpenSocket) -> tuple[socket.socket, str]:
     if len(addresses) == 1:
-        return await _connect_one(addresses[0], port), join_host_port(addresses[0], port)
+        return await _connect_one(addresses[0], port, open_socket), join_host_port(addresses[0], port)
 
     pending: dict[asyncio.Task[socket.socket], str] = {}
     first_error: OSError | None = None
@@ -151,7 +152,7 @@ async def _race(addresses: list[str], port: int, delay: float) -> tuple[socket.s
         while winner is None and (queue or pending):
             if queue:
                 address = queue.pop(0)
-                pending[asyncio.create_task(_connect_one(address, port))] = address
+                pending[asyncio.create_task(_connect_one(address, port, open_socket))] = address
             # Wait for a result, but no longer than the attempt delay if more addresses remain.
             done, _ = await asyncio.wait(
                 pending, timeout=delay if queue else None, return_when=asyncio.FIRST_COMPLETED

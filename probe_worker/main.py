@@ -1,16 +1,18 @@
 """The worker process: start-up order, then the request loop.
 
 Start-up order matters and is the point of this module:
-  1. read the WorkerConfig frame (still in the parent's namespace, single thread);
-  2. enter the pod netns from the main thread, before any other thread exists;
-  3. find the pod IPs if the caller did not pass them;
-  4. lower rlimits, drop groups/gid/uid, set no_new_privs, check CapEff is empty;
-  5. send Ready, and only then start the event loop.
-A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
+  1. read the WorkerConfig frame (single thread);
+  2. move into a new, empty network namespace of its own, before any other thread exists:
+     every probe socket comes from the netns broker, made inside the sandbox it probes;
+  3. lower rlimits, drop groups/gid/uid, set no_new_privs, install the seccomp filter
+     (which refuses AF_INET/AF_INET6 sockets), check CapEff is empty;
+  4. send Ready, and only then start the event loop.
+Then the daemon adds sandboxes (AddSandbox: a group of them, or one in strict mode) and
+their probes. A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
 Every module the worker needs is imported at the top of this file, so nothing
 is imported after the drop (the interpreter may live under a directory the
-unprivileged uid cannot read). The zygote (shim/zygote.py) calls run() in each
-forked child with the config it received.
+unprivileged uid cannot read). The zygote (shim/zygote_process.py), which is also the
+broker, calls run() in each forked child with the config it received.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
 from probe_api.worker_protocol import validate_registration, validate_run_once
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
-from probe_worker.manager import ProbeManager
-from probe_worker.netns import NetnsError, enter_netns
-from probe_worker.pod_ips import discover_pod_ips
+from probe_worker.group import SandboxGroup, UnknownSandbox
+from probe_worker.netns import NetnsError, isolate_network
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
-from probe_worker.prober import Prober
+from probe_worker.socket_source import BrokerSockets
 
 log = logging.getLogger("probe_worker")
 
@@ -40,6 +41,7 @@ DEFAULT_MAX_MEMORY = 256 << 20
 DEFAULT_MAX_FILES = 1024
 DEFAULT_HEARTBEAT_MS = 1000
 CONFIG_TIMEOUT_S = 30
+EXIT_BROKER_GONE = 3
 
 
 class StartError(Exception):
@@ -59,14 +61,9 @@ def _with_defaults(config: worker_pb.WorkerConfig) -> worker_pb.WorkerConfig:
 
 
 def start(config: worker_pb.WorkerConfig, die_with_parent_process: bool = True) -> worker_pb.Ready:
-    """Steps 2-4; raises StartError with a message fit for the operator."""
-    if not config.netns_path:
-        raise StartError("no netns_path in the worker config")
+    """Steps 2-3; raises StartError with a message fit for the operator."""
     try:
-        inode = enter_netns(config.netns_path)
-        pod_ips = list(config.pod_ips)
-        if not pod_ips:
-            pod_ips = discover_pod_ips()
+        inode = isolate_network()
         apply_limits(config.max_memory_bytes, config.max_open_files)
         if not config.keep_privileges:
             drop_privileges(config.run_as_uid, config.run_as_gid)
@@ -74,26 +71,47 @@ def start(config: worker_pb.WorkerConfig, die_with_parent_process: bool = True) 
             die_with_parent()
     except (NetnsError, PrivilegeError, OSError) as exc:
         raise StartError(str(exc)) from None
-    return worker_pb.Ready(pid=os.getpid(), netns_inode=inode, uid=os.getuid(), gid=os.getgid(), pod_ips=pod_ips)
+    return worker_pb.Ready(pid=os.getpid(), netns_inode=inode, uid=os.getuid(), gid=os.getgid())
 
 
-def run(config: worker_pb.WorkerConfig, channel: BlockingChannel, die_with_parent_process: bool = True) -> int:
-    """Runs a worker on the channel its config came from; returns the process exit code."""
+def run(config: worker_pb.WorkerConfig, channel: BlockingChannel, broker: socket.socket,
+        die_with_parent_process: bool = True) -> int:
+    """Runs a worker on the channel its config came from, its sockets from `broker`; returns the exit code."""
     config = _with_defaults(config)
     try:
         ready = start(config, die_with_parent_process)
     except StartError as exc:
-        log.error("worker for sandbox %s cannot start: %s", config.sandbox_id, exc)
+        log.error("worker of group %s cannot start: %s", config.group, exc)
         channel.send(worker_pb.WorkerEvent(fatal=worker_pb.Fatal(message=str(exc))))
         return 2
-    prober = Prober(ready.pod_ips, config.user_agent_version)
     channel.send(worker_pb.WorkerEvent(ready=ready))
-    asyncio.run(serve(channel.to_async(), prober, config.heartbeat_interval_ms))
+    return asyncio.run(_serve_with_broker(channel.to_async(), broker, config))
+
+
+async def _serve_with_broker(channel: AsyncChannel, broker: socket.socket, config: worker_pb.WorkerConfig) -> int:
+    lost = asyncio.get_running_loop().create_future()
+
+    def on_lost(reason: str) -> None:
+        if not lost.done():
+            lost.set_result(reason)
+
+    sockets = BrokerSockets(broker, on_lost)
+    try:
+        await serve(channel, sockets, config.user_agent_version, config.heartbeat_interval_ms, stop=lost)
+    finally:
+        sockets.close()
+    if lost.done() and lost.result() != "closed":
+        # Without its broker a worker can probe nothing: it ends, and the daemon starts it again
+        # (through the zygote that replaced the broker).
+        log.error("worker of group %s ends: the netns broker is gone (%s)", config.group, lost.result())
+        return EXIT_BROKER_GONE
     return 0
 
 
-async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> None:
-    manager = ProbeManager(prober, channel.send)
+async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbeat_ms: int,
+                stop: asyncio.Future | None = None) -> None:
+    """The request loop, until Shutdown, the daemon's EOF, or `stop` (the broker lost)."""
+    group = SandboxGroup(sockets, user_agent_version, channel.send)
     background: set[asyncio.Task[None]] = set()
 
     def spawn(coro) -> None:
@@ -105,61 +123,89 @@ async def serve(channel: AsyncChannel, prober: Prober, heartbeat_ms: int) -> Non
         while True:
             try:
                 await channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
-                    unix_ns=time.time_ns(), probes=len(manager))))
+                    unix_ns=time.time_ns(), probes=group.probes)))
             except OSError:
                 return  # the daemon is gone; the request loop sees EOF and ends the worker
             await asyncio.sleep(heartbeat_ms / 1000)
 
     async def run_once(seq: int, run: worker_pb.RunOnce) -> None:
         reg = run.probe
+        try:
+            prober = group.prober(reg.sandbox_id)
+        except UnknownSandbox as exc:  # removed since the request was checked
+            await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=[f"probe.{exc}"])))
+            return
         attempt = await prober.run(reg.spec, reg.container.ports, max_tries=run.max_tries,
                                    lifecycle_hook=run.lifecycle_hook)
         await channel.send(worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
             probe_id=reg.probe_id, attempt=attempt)))
 
+    async def next_request() -> bytes | None:
+        """The next request's bytes; None at EOF or once `stop` is done."""
+        receive = asyncio.ensure_future(channel.recv())
+        if stop is not None:
+            await asyncio.wait([receive, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not receive.done():
+                receive.cancel()
+                return None
+        try:
+            return await receive
+        except (ChannelClosed, OSError):
+            return None
+
     spawn(heartbeat())
     try:
-        while True:
-            try:
-                request = worker_pb.WorkerRequest.FromString(await channel.recv())
-            except (ChannelClosed, OSError):
-                break
+        while (data := await next_request()) is not None:
+            request = worker_pb.WorkerRequest.FromString(data)
             seq, kind = request.seq, request.WhichOneof("msg")
             if kind in ("add_probe", "run_once"):
                 if kind == "add_probe":
-                    errors = validate_registration(request.add_probe.probe)
+                    errors = validate_registration(request.add_probe.probe) or group.check(request.add_probe.probe)
                 else:
-                    errors = validate_run_once(request.run_once)
+                    errors = validate_run_once(request.run_once) or group.check(request.run_once.probe)
                 if errors:
                     await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=errors)))
                 elif kind == "add_probe":
                     await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-                    await manager.add(request.add_probe.probe)
+                    await group.add_probe(request.add_probe.probe)
                 else:
                     spawn(run_once(seq, request.run_once))
             elif kind == "remove_probe":
-                manager.remove(request.remove_probe.probe_id)
+                group.remove_probe(request.remove_probe.sandbox_id, request.remove_probe.probe_id)
+                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+            elif kind == "add_sandbox":
+                if not request.add_sandbox.sandbox_id:
+                    await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
+                        errors=["sandbox_id: Required value"])))
+                    continue
+                group.add_sandbox(request.add_sandbox.sandbox_id, request.add_sandbox.pod_ips)
+                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+            elif kind == "remove_sandbox":
+                await group.remove_sandbox(request.remove_sandbox.sandbox_id)
                 await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
             elif kind == "heartbeat":
                 await channel.send(worker_pb.WorkerEvent(seq=seq, heartbeat=worker_pb.Heartbeat(
-                    unix_ns=time.time_ns(), probes=len(manager))))
+                    unix_ns=time.time_ns(), probes=group.probes)))
             elif kind == "shutdown":
                 await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
                 break
             else:
                 await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
-                    errors=[f"msg: Unsupported value: {kind!r}: the worker accepts add_probe, "
-                            "remove_probe, run_once, heartbeat and shutdown"])))
+                    errors=[f"msg: Unsupported value: {kind!r}: the worker accepts add_sandbox, remove_sandbox, "
+                            "add_probe, remove_probe, run_once, heartbeat and shutdown"])))
     finally:
-        await manager.close()
+        await group.close()
         for task in list(background):
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="probe_worker", description="cri-probe-shim per-sandbox probe worker")
+    """A worker started on its own (tests, tools): the daemon forks its workers from the zygote instead."""
+    parser = argparse.ArgumentParser(prog="probe_worker", description="cri-probe-shim probe worker")
     parser.add_argument("--fd", type=int, required=True, help="inherited socketpair end speaking the worker protocol")
+    parser.add_argument("--broker-fd", type=int, required=True,
+                        help="inherited SOCK_SEQPACKET end of the netns broker's channel")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="probe-worker[%(process)d] %(levelname)s %(message)s")
     channel = BlockingChannel(socket.socket(fileno=args.fd))
@@ -171,4 +217,4 @@ def main(argv: list[str] | None = None) -> int:
     if first.WhichOneof("msg") != "config":
         log.error("the first frame must be a WorkerConfig, got %s", first.WhichOneof("msg"))
         return 2
-    return run(first.config, channel)
+    return run(first.config, channel, socket.socket(fileno=args.broker_fd))

@@ -36,8 +36,12 @@ class _Probe:
 
 
 class ProbeManager:
-    def __init__(self, prober: Prober, emit: Emit, rand: Callable[[], float] = random.random) -> None:
+    """The probes of one sandbox; its events carry the sandbox's id (a worker serves several)."""
+
+    def __init__(self, prober: Prober, emit: Emit, rand: Callable[[], float] = random.random,
+                 sandbox_id: str = "") -> None:
         self._prober = prober
+        self.sandbox_id = sandbox_id
         self._emit = emit
         self._grid = PhaseGrid(rand)  # the sandbox's probes of one period share wake-ups: see scheduling
         self._probes: dict[str, _Probe] = {}
@@ -132,6 +136,7 @@ class ProbeManager:
             changed = tracker.observe(attempt.result)
             await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
                 probe_id=reg.probe_id,
+                sandbox_id=self.sandbox_id,
                 attempt=attempt,
                 state=tracker.state,
                 consecutive_successes=tracker.consecutive_successes,
@@ -143,5 +148,5 @@ class ProbeManager:
 
     async def _emit_change(self, probe_id: str, previous: int, state: int, output: str) -> None:
         await self._emit(worker_pb.WorkerEvent(state_change=worker_pb.StateChange(
-            probe_id=probe_id, previous=previous, state=state, output=output,
+            probe_id=probe_id, previous=previous, state=state, output=output, sandbox_id=self.sandbox_id,
         )))

@@ -1,4 +1,8 @@
-"""Entering a pod's network namespace from the worker's main thread.
+"""The worker's own network namespace: a new, empty one (`isolate_network`), made before any thread exists.
+
+A worker reaches its sandboxes only through sockets the broker made inside them; its own netns has no
+interface but a loopback that stays down, so a socket it made itself would reach nothing. `enter_netns`
+(moving the main thread into an existing namespace) stays for the tools that need it.
 
 setns(2) changes only the calling thread, and Python 3.11 has no os.setns, so this
 calls libc through ctypes on an O_CLOEXEC fd. It must run before any other thread
@@ -32,6 +36,15 @@ def _thread_count() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return threading.active_count()
+
+
+def isolate_network() -> int:
+    """Moves this process into a new network namespace of its own (needs CAP_SYS_ADMIN); returns its inode."""
+    if threading.current_thread() is not threading.main_thread() or _thread_count() != 1:
+        raise NetnsError("refusing to unshare the network namespace: other threads already exist")
+    if _libc.unshare(CLONE_NEWNET) != 0:
+        raise NetnsError(f"unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}")
+    return os.stat("/proc/thread-self/ns/net").st_ino
 
 
 def enter_netns(path: str) -> int:

@@ -5,7 +5,8 @@ this it holds no more power than the pod itself: no supplementary groups, an
 unprivileged uid/gid, no capabilities, no way to regain any (no_new_privs),
 bounded memory and file descriptors so a hostile target cannot bloat it, and (on
 x86_64) a seccomp filter refusing the system calls that widen the kernel's attack
-surface and that a prober never makes: namespaces, exec, ptrace, bpf, io_uring...
+surface and that a prober never makes: namespaces, exec, ptrace, bpf, io_uring...,
+and any AF_INET / AF_INET6 socket(): every probe socket comes from the netns broker.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ DENIED_SYSCALLS_X86_64 = {
     "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
 }
 _CLONE = 56
+_SOCKET = 41
+# Families a worker never makes a socket of: its network sockets come from the broker, made inside a sandbox.
+DENIED_SOCKET_FAMILIES = (2, 10)  # AF_INET, AF_INET6
 _CLONE3 = 435  # its flags are behind a pointer a filter cannot read: ENOSYS makes glibc use clone()
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET: clone() may make threads only.
 CLONE_NAMESPACE_FLAGS = 0x7E020000
@@ -133,7 +137,10 @@ _OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data (arg0's
 def syscall_filter_program() -> bytes:
     """The x86_64 filter as struct sock_filter[]: pure, so that it can be read and tested."""
     denied = sorted(DENIED_SYSCALLS_X86_64.values())
-    checks = 8 + len(denied)  # the instructions before the three returns at the end
+    families = DENIED_SOCKET_FAMILIES
+    # The instructions before the three returns at the end: arch, nr, x32, the denied calls, clone3, socket
+    # and clone tests, clone's flags (load, test), socket's family (load, one test per family).
+    checks = 10 + len(denied) + len(families)
     allow, eperm, enosys = checks, checks + 1, checks + 2
 
     def to(target: int) -> int:  # a jump from the instruction about to be appended
@@ -147,9 +154,16 @@ def syscall_filter_program() -> bytes:
     for nr in denied:
         program.append((_BPF_JEQ_K, to(eperm), 0, nr))
     program.append((_BPF_JEQ_K, to(enosys), 0, _CLONE3))
+    socket_check = len(program) + 4  # past the socket test, the clone test and clone's two instructions
+    program.append((_BPF_JEQ_K, to(socket_check), 0, _SOCKET))
     program.append((_BPF_JEQ_K, 0, to(allow), _CLONE))
     program.append((_BPF_LD_W_ABS, 0, 0, _OFFSET_ARG0))
-    program.append((_BPF_JSET_K, to(eperm), 0, CLONE_NAMESPACE_FLAGS))
+    program.append((_BPF_JSET_K, to(eperm), to(allow), CLONE_NAMESPACE_FLAGS))
+    assert len(program) == socket_check
+    program.append((_BPF_LD_W_ABS, 0, 0, _OFFSET_ARG0))
+    for i, family in enumerate(families):
+        last = i == len(families) - 1
+        program.append((_BPF_JEQ_K, to(eperm), to(allow) if last else 0, family))
     assert len(program) == checks
     program += [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | _EPERM),
                 (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS)]

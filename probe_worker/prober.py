@@ -25,6 +25,7 @@ from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Out
 from probe_api.gostrings import go_duration
 from probe_worker.ports import PortError, resolve_port
 from probe_worker.probes import Handler, handler_for
+from probe_worker.socket_source import OpenSocket
 from probe_worker.trace import Trace
 from probe_api.validation import effective_timing
 
@@ -81,11 +82,18 @@ def plan_attempt(spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.Cont
 
 
 class Prober:
-    def __init__(self, pod_ips: Sequence[str], user_agent_version: str) -> None:
+    """One sandbox's attempts: its pod IPs, and where its sockets come from (None: made here, in this netns)."""
+
+    def __init__(self, pod_ips: Sequence[str], user_agent_version: str, open_socket: OpenSocket | None = None) -> None:
         self.pod_ips = list(pod_ips)
+        self._open_socket = open_socket
         self.user_agent = user_agent(user_agent_version)
         self.hook_user_agent = user_agent(user_agent_version, "lifecycle")
         self._plans: dict[tuple[bytes, tuple[bytes, ...]], Plan] = {}
+
+    def set_pod_ips(self, pod_ips: Sequence[str]) -> None:
+        self.pod_ips = list(pod_ips)
+        self._plans.clear()  # a plan holds the addresses it chose
 
     async def run(
         self, spec: spec_pb.ProbeSpec, container_ports: Sequence[spec_pb.ContainerPort], *,
@@ -146,6 +154,7 @@ class Prober:
             user_agent=self.hook_user_agent if lifecycle_hook else self.user_agent,
             trace=trace,
             lifecycle_hook=lifecycle_hook,
+            open_socket=self._open_socket,
         )
         try:
             async with asyncio.timeout_at(deadline + SAFETY_MARGIN_S):

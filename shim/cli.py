@@ -31,6 +31,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--trace-exporter", dest="trace_exporter", choices=("none", "console", "otlp"), help="default none")
     serve.add_argument("--socket-group", dest="socket_group",
                        help="group (name or gid) whose members may use the socket, mode 0660 (default: the daemon's own)")
+    serve.add_argument("--worker-isolation", dest="worker_isolation", choices=("pooled", "sandbox"),
+                       help="pooled: a worker serves up to --sandboxes-per-worker sandboxes of one namespace; "
+                            "sandbox: one worker per sandbox (default pooled)")
+    serve.add_argument("--sandboxes-per-worker", dest="sandboxes_per_worker", type=int,
+                       help=f"at most this many sandboxes per pooled worker (default {defaults.sandboxes_per_worker})")
+    serve.add_argument("--embedded-namespace-separator", dest="embedded_namespace_separator",
+                       help="embedded mode: a netns name's namespace is its part before this separator "
+                            "(default: none, every netns in one tenancy)")
     serve.add_argument("--allow-host-field", dest="allow_host_field", action="store_const", const=True,
                        help="accept probes with the deprecated host field (SSRF risk; off by default)")
     return parser

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from probe_api.defaults import DEFAULT_ENDPOINT, KUBELET_VERSION, WORKER_GID, WORKER_UID
+from shim.worker_groups import DEFAULT_SANDBOXES_PER_WORKER, ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER, POOLED
 
 
 class ConfigError(Exception):
@@ -43,6 +44,13 @@ class Config:
     worker_uid: int = WORKER_UID
     worker_gid: int = WORKER_GID
     heartbeat_timeout_s: float = 5.0
+    # "pooled": a worker serves up to sandboxes_per_worker sandboxes of one Kubernetes namespace;
+    # "sandbox": one worker per sandbox (strict isolation, the memory of a process per pod).
+    worker_isolation: str = POOLED
+    sandboxes_per_worker: int = DEFAULT_SANDBOXES_PER_WORKER
+    # Embedded mode: a bare netns has no Kubernetes namespace, so all of them form one tenancy; with a
+    # separator, the part of a netns name before it is its namespace ("team-a.web-1" with ".").
+    embedded_namespace_separator: str = ""
     # The kubelet bridge's bound on a lifecycle hook (the kubelet sends hooks' ExecSync without a timeout and puts
     # none on its own HTTP hooks; a preStop hook is cut by the pod's termination grace period anyway).
     hook_timeout_s: float = 300.0
@@ -58,6 +66,10 @@ class Config:
             raise ConfigError(f"trace_exporter: must be none, console or otlp, not {self.trace_exporter!r}")
         if self.reconcile_interval_s <= 0:
             raise ConfigError("reconcile_interval_s: must be greater than 0")
+        if self.worker_isolation not in ISOLATION_MODES:
+            raise ConfigError(f"worker_isolation: must be {' or '.join(ISOLATION_MODES)}, not {self.worker_isolation!r}")
+        if not 1 <= self.sandboxes_per_worker <= MAX_SANDBOXES_PER_WORKER:
+            raise ConfigError(f"sandboxes_per_worker: must be between 1 and {MAX_SANDBOXES_PER_WORKER}")
         if not 0 < self.hook_timeout_s <= 3600:
             raise ConfigError("hook_timeout_s: must be more than 0 and at most 3600")
         if self.max_probes_per_sandbox < 1 or self.max_probes_total < 1:

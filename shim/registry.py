@@ -99,7 +99,7 @@ def _worker_registration(probe: service_pb.Probe, start_now: bool) -> worker_pb.
 
 
 def _target(sandbox: SandboxInfo) -> SandboxTarget:
-    return SandboxTarget(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips))
+    return SandboxTarget.of(sandbox)
 
 
 class ProbeRegistry:

@@ -58,7 +58,7 @@ class ResultsManager:
         self._sandboxes: dict[str, SandboxInfo] = {}
         self._traceparents: dict[str, str] = {}
         self._restarts_seen: dict[str, int] = {}
-        self._running: set[str] = set()  # sandboxes whose worker runs, for probe_shim_workers
+        self._running: dict[str, int] = {}  # sandbox -> pid of the worker serving it, for probe_shim_workers
 
     # --- who is who (from the registry and the bridge) ------------------------------------------------------
 
@@ -113,14 +113,16 @@ class ResultsManager:
     def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
         for probe in self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id)):
             self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
-        if status.restarts > self._restarts_seen.get(sandbox_id, 0):
+        # A pooled worker's restart reaches each of its sandboxes: counted once, for its group.
+        group = status.group or sandbox_id
+        if status.restarts > self._restarts_seen.get(group, 0):
             self._metrics.inc_worker_restarts()
-        self._restarts_seen[sandbox_id] = status.restarts
+        self._restarts_seen[group] = status.restarts
         if status.state == service_pb.WORKER_RUNNING:
-            self._running.add(sandbox_id)
+            self._running[sandbox_id] = status.pid
         else:
-            self._running.discard(sandbox_id)
-        self._metrics.set_workers(len(self._running))
+            self._running.pop(sandbox_id, None)
+        self._metrics.set_workers(len(set(self._running.values())))
 
     def _on_attempt(self, report: worker_pb.AttemptReport) -> None:
         probe = self._board.peek(report.probe_id)  # read-only; record_attempt below changes it

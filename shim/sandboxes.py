@@ -21,6 +21,7 @@ from typing import Protocol
 import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from shim.worker_groups import embedded_tenancy
 
 NETNS_DIR = "/var/run/netns"
 NETNS_DIRS = (NETNS_DIR, "/run/netns")
@@ -137,7 +138,11 @@ def is_node_netns(st: os.stat_result) -> bool:
 
 
 class NetnsSandboxes:
-    """--runtime-endpoint none: every network namespace file is a sandbox."""
+    """--runtime-endpoint none: every network namespace file is a sandbox; its namespace is the part of its
+    name before `namespace_separator`, if one is set and present (worker_groups.embedded_tenancy)."""
+
+    def __init__(self, namespace_separator: str = "") -> None:
+        self._separator = namespace_separator
 
     async def resolve(self, sandbox_id: str) -> SandboxInfo:
         path = netns_path_for(sandbox_id)
@@ -148,7 +153,9 @@ class NetnsSandboxes:
         if is_node_netns(st):
             raise SandboxNotReady(
                 f"{path} is the node's own network namespace: probes run only inside pod network namespaces")
-        return SandboxInfo(id=sandbox_id, netns_path=path, name=os.path.basename(path), created_at=int(st.st_mtime * 1e9))
+        name = os.path.basename(path)
+        return SandboxInfo(id=sandbox_id, netns_path=path, name=name, created_at=int(st.st_mtime * 1e9),
+                           namespace=embedded_tenancy(name, self._separator))
 
     async def gone(self, sandboxes: Mapping[str, int]) -> dict[str, str]:
         result = {}

@@ -123,12 +123,14 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     metrics = ShimMetrics()
 
     upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
-    sandboxes = NetnsSandboxes() if upstream is None else CriSandboxes(upstream)
+    sandboxes = NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream)
     results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
     supervisor = WorkerSupervisor(
         Zygote.start,
         on_event=results.on_event,
         on_worker=results.on_worker,
+        isolation=config.worker_isolation,
+        sandboxes_per_worker=config.sandboxes_per_worker,
         heartbeat_timeout_s=config.heartbeat_timeout_s,
         user_agent_version=config.user_agent_version,
         run_as_uid=config.worker_uid,

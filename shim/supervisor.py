@@ -1,20 +1,22 @@
-"""One probe worker per sandbox: spawned through the zygote, watched, restarted, stopped.
+"""Probe workers, each serving a group of sandboxes: spawned through the zygote, watched, restarted, stopped.
 
-The supervisor owns, per sandbox, the worker's life and the registrations it must
-run, so that a restarted worker gets every probe back. A life is: spawn through the
-zygote, wait for Ready (or Fatal), replay AddProbe for every registration, then
-serve requests and forward events until the worker dies, hangs (no frame, heartbeats
-included, for heartbeat_timeout_s) or is stopped. A crash or a hang is followed by a
-restart after an exponential backoff (state BACKOFF; a worker that cannot start is
-FAILED with the worker's message, and is retried the same way). Every state change
-is reported through `on_worker`; attempts and state changes of probes go to
-`on_event`, in the order the worker sent them.
+Which sandboxes share a worker is worker_groups.py's rule (one Kubernetes namespace per worker, at most
+`sandboxes_per_worker` of them; a group of one in the strict mode). The supervisor owns each group's worker
+life, and per sandbox the registrations it must run, so that a restarted worker gets every probe back. A life
+is: spawn through the zygote, wait for Ready (or Fatal), then attach every sandbox of the group (assign its
+netns to the worker at the broker, AddSandbox, replay AddProbe for its registrations), then serve requests and
+forward events until the worker dies, hangs (no frame, heartbeats included, for heartbeat_timeout_s) or is
+stopped. A crash or a hang is followed by a restart after an exponential backoff (state BACKOFF; a worker that
+cannot start is FAILED with the worker's message, and is retried the same way). A sandbox that cannot be
+attached (its netns is gone) is FAILED alone and retried with its own backoff; its group runs on. Every state
+change is reported per sandbox through `on_worker`; attempts and state changes of probes go to `on_event`, with
+their sandbox, in the order the worker sent them.
 
-A worker outlives its zygote: the zygote only forks. The daemon is a child
-subreaper, so a worker whose zygote died becomes the daemon's own child; its death
-is read from its pidfd (not from the zygote) and its exit status then from waitid.
-A worker still dies with the daemon: the zygote kills its children when the
-daemon's end of its socket closes, and every worker exits at EOF of its own socket.
+The zygote is also the netns broker: a worker whose zygote died loses its probe sockets and ends, and is
+restarted through the new zygote. The daemon is a child subreaper, so such a worker becomes the daemon's own
+child; its death is read from its pidfd (not from the zygote) and its exit status then from waitid. A worker
+dies with the daemon: the zygote kills its children when the daemon's end of its socket closes, and every
+worker exits at EOF of its own socket.
 
 Nothing here is unbounded: frames are read by one protocol per worker and handed to
 `on_event` synchronously (no queue), requests wait with timeouts, and a worker that
@@ -38,6 +40,7 @@ from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
 from probe_api.worker_protocol import validate_registration, validate_run_once
 from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerConnection, WorkerUnavailable
 from shim.worker_process import EXIT_GRACE_S, WorkerProcess, set_child_subreaper
+from shim.worker_groups import DEFAULT_SANDBOXES_PER_WORKER, POOLED, STRICT, GroupView, choose_group, new_group_name
 from shim.zygote import Zygote, ZygoteError
 
 log = logging.getLogger("probe_shim.supervisor")
@@ -57,6 +60,13 @@ class SandboxTarget:
     sandbox_id: str
     netns_path: str
     pod_ips: list[str] = field(default_factory=list)
+    tenancy: str = ""  # the pod's Kubernetes namespace: workers never mix two
+
+    @classmethod
+    def of(cls, sandbox) -> "SandboxTarget":
+        """From a shim.sandboxes.SandboxInfo."""
+        return cls(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips),
+                   tenancy=sandbox.namespace)
 
 
 class WorkerRejected(Exception):
@@ -82,17 +92,32 @@ class Backoff:
         return delay
 
 
-# --- one sandbox ------------------------------------------------------------------------------
+# --- groups and their sandboxes ---------------------------------------------------------------
 
 @dataclass
-class _Sandbox:
-    target: SandboxTarget
-    status: service_pb.WorkerStatus
+class _Group:
+    name: str
+    tenancy: str
+    status: service_pb.WorkerStatus  # the worker's: state, pid, restarts, last error, start
     stopping: asyncio.Future[None]
-    changed: asyncio.Future[None]  # resolved (and replaced) at every status change
-    regs: dict[str, worker_pb.ProbeRegistration] = field(default_factory=dict)
+    members: dict[str, "_Member"] = field(default_factory=dict)
     conn: WorkerConnection | None = None  # set while RUNNING
+    zygote: Zygote | None = None  # the one that forked the running worker: its broker holds the netns
     task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Member:
+    target: SandboxTarget
+    group: _Group
+    backoff: Backoff
+    status: service_pb.WorkerStatus = field(default_factory=service_pb.WorkerStatus)  # as last reported
+    changed: asyncio.Future[None] | None = None  # resolved (and replaced) at every status change
+    regs: dict[str, worker_pb.ProbeRegistration] = field(default_factory=dict)
+    attached: bool = False  # the running worker serves it (assigned at the broker, AddSandbox answered)
+    netns_inode: int = 0
+    error: str = ""  # why it could not be attached; retried with its backoff
+    attaching: asyncio.Task[None] | None = None
     inflight: int = 0  # run_once calls: the worker must outlive them even with no probe
     pinned: bool = False  # ensure()d: kept with no probe until its last probe is removed
     kept_warm: bool = False  # the kubelet bridge probes here: kept until the sandbox stops
@@ -111,6 +136,8 @@ class WorkerSupervisor:
         on_event: OnEvent,
         on_worker: OnWorker,
         *,
+        isolation: str = POOLED,
+        sandboxes_per_worker: int = DEFAULT_SANDBOXES_PER_WORKER,
         heartbeat_interval_ms: int = 1000,
         heartbeat_timeout_s: float = 5.0,
         backoff_initial_s: float = 0.2,
@@ -128,6 +155,8 @@ class WorkerSupervisor:
         self._zygote_factory = zygote_factory
         self._on_event = on_event
         self._on_worker = on_worker
+        self._isolation = isolation
+        self._capacity = 1 if isolation == STRICT else max(1, sandboxes_per_worker)
         self._heartbeat_interval_s = heartbeat_interval_ms / 1000
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._backoff = (backoff_initial_s, backoff_max_s, backoff_reset_after_s)
@@ -139,7 +168,8 @@ class WorkerSupervisor:
             max_memory_bytes=max_memory_bytes, max_open_files=max_open_files,
             heartbeat_interval_ms=heartbeat_interval_ms,
         )
-        self._sandboxes: dict[str, _Sandbox] = {}
+        self._members: dict[str, _Member] = {}
+        self._groups: dict[str, _Group] = {}
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
         self._zygote_backoff = Backoff(*self._backoff)
@@ -159,11 +189,11 @@ class WorkerSupervisor:
         return self._zygote
 
     async def ensure(self, target: SandboxTarget) -> service_pb.WorkerStatus:
-        """Starts the sandbox's worker if it has none; returns once it is RUNNING, or FAILED /
-        BACKOFF (its probes are kept and replayed when a worker comes up)."""
-        sb = self._sandbox(target)
-        sb.pinned = True
-        await self._wait_until(sb, lambda: sb.status.state != service_pb.WORKER_STARTING, None)
+        """Has the sandbox served by a worker; returns once it is RUNNING, or FAILED / BACKOFF (its probes are
+        kept and replayed when a worker serves it)."""
+        member = self._member(target)
+        member.pinned = True
+        await self._wait_until(member, lambda: member.status.state != service_pb.WORKER_STARTING, None)
         return self.status(target.sandbox_id)
 
     async def add_probe(self, sandbox_id: str, reg: worker_pb.ProbeRegistration) -> None:
@@ -171,20 +201,22 @@ class WorkerSupervisor:
         errors = validate_registration(reg)  # the worker's own rules: refused even with no worker up
         if errors:
             raise WorkerRejected(errors)
-        sb = self._sandboxes.get(sandbox_id)
-        if sb is None:
+        member = self._members.get(sandbox_id)
+        if member is None:
             raise WorkerUnavailable(f"no worker for sandbox {sandbox_id}: ensure() it first")
         stored = worker_pb.ProbeRegistration()
         stored.CopyFrom(reg)
+        stored.sandbox_id = sandbox_id
         if not stored.container.started_at_unix_ns:
             # Pinned now, so that a restarted worker counts the initial delay from the same instant.
             stored.container.started_at_unix_ns = time.time_ns()
-        previous = sb.regs.get(reg.probe_id)
-        sb.regs[reg.probe_id] = stored
-        if sb.conn is None:
-            return  # replayed when the worker is up
+        previous = member.regs.get(reg.probe_id)
+        member.regs[reg.probe_id] = stored
+        conn = member.group.conn
+        if conn is None or not member.attached:
+            return  # replayed when the sandbox is attached
         try:
-            reply = await sb.conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(probe=stored))
+            reply = await conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(probe=stored))
         except (WorkerUnavailable, TimeoutError) as exc:
             # Dead, or hung (the watchdog will replace it): either way the next worker replays it.
             log.warning("probe %s kept for the next worker: %s", reg.probe_id, exc or "no answer",
@@ -192,78 +224,101 @@ class WorkerSupervisor:
             return
         if reply.WhichOneof("msg") == "rejected":
             if previous is None:
-                sb.regs.pop(reg.probe_id, None)
+                member.regs.pop(reg.probe_id, None)
             else:
-                sb.regs[reg.probe_id] = previous
+                member.regs[reg.probe_id] = previous
             raise WorkerRejected(list(reply.rejected.errors))
 
     async def remove_probe(self, sandbox_id: str, probe_id: str) -> None:
-        """Removes a probe; the worker is stopped when it was the last one (and no run_once runs)."""
-        sb = self._sandboxes.get(sandbox_id)
-        if sb is None or sb.regs.pop(probe_id, None) is None:
+        """Removes a probe; the sandbox leaves its worker when it was the last one (and no run_once runs)."""
+        member = self._members.get(sandbox_id)
+        if member is None or member.regs.pop(probe_id, None) is None:
             return
-        sb.pinned = bool(sb.regs)
-        if sb.conn is not None:
+        member.pinned = bool(member.regs)
+        conn = member.group.conn
+        if conn is not None and member.attached:
             try:
-                await sb.conn.request(self._request_timeout_s, remove_probe=worker_pb.RemoveProbe(probe_id=probe_id))
+                await conn.request(self._request_timeout_s, remove_probe=worker_pb.RemoveProbe(
+                    probe_id=probe_id, sandbox_id=sandbox_id))
             except (WorkerUnavailable, TimeoutError):
                 pass  # dead or hung: the next worker will not get it back
-        await self._stop_if_idle(sb)
+        await self._stop_if_idle(member)
 
     async def run_once(self, target: SandboxTarget, reg: worker_pb.ProbeRegistration, timeout_s: float, *,
                        keep_warm: bool = False, max_tries: int = 0, lifecycle_hook: bool = False) -> spec_pb.Attempt:
-        """One attempt now in the sandbox (spawning a worker for it if needed).
+        """One attempt now in the sandbox (having a worker serve it if none does).
 
-        keep_warm keeps the worker up after the attempt, even with no probe registered, until the sandbox stops:
-        the kubelet bridge calls again every period, and a worker spawned per call would cost more than the
-        attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
+        keep_warm keeps the sandbox in its worker after the attempt, even with no probe registered, until the
+        sandbox stops: the kubelet bridge calls again every period, and attaching per call would cost more than
+        the attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
         run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
         errors = validate_run_once(run)  # the worker's own rules: refused here without a round trip
         if errors:
             raise WorkerRejected(errors)
+        run.probe.sandbox_id = target.sandbox_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        sb = self._sandbox(target)
-        sb.kept_warm = sb.kept_warm or keep_warm
-        sb.inflight += 1
+        member = self._member(target)
+        member.kept_warm = member.kept_warm or keep_warm
+        member.inflight += 1
         try:
-            if sb.status.state not in _RUN_ONCE_READY:  # a warm worker needs no wait, nor a task to wait in
-                await self._wait_until(sb, lambda: sb.status.state in _RUN_ONCE_READY, deadline - loop.time())
-            if sb.conn is None:
-                raise WorkerUnavailable(self._unavailable(sb))
-            reply = await sb.conn.request(max(0.0, deadline - loop.time()), run_once=run)
+            if member.status.state not in _RUN_ONCE_READY:  # a warm worker needs no wait, nor a task to wait in
+                await self._wait_until(member, lambda: member.status.state in _RUN_ONCE_READY, deadline - loop.time())
+            conn = member.group.conn
+            if conn is None or not member.attached:
+                raise WorkerUnavailable(self._unavailable(member))
+            reply = await conn.request(max(0.0, deadline - loop.time()), run_once=run)
             if reply.WhichOneof("msg") == "rejected":
                 raise WorkerRejected(list(reply.rejected.errors))
             return reply.attempt.attempt
         finally:
-            sb.inflight -= 1
-            await self._stop_if_idle(sb)
+            member.inflight -= 1
+            await self._stop_if_idle(member)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
-        """Stops the worker (Shutdown, then a kill if it does not exit) and forgets its probes."""
-        sb = self._sandboxes.pop(sandbox_id, None)
-        if sb is None:
+        """Takes the sandbox out of its worker and forgets its probes; the worker stops with its last sandbox."""
+        member = self._members.pop(sandbox_id, None)
+        if member is None:
             return
-        if not sb.stopping.done():
-            sb.stopping.set_result(None)
-        if sb.task is not None:
-            await asyncio.shield(sb.task)
-        self._set(sb, service_pb.WORKER_NONE, pid=0, started_at=0)
+        group = member.group
+        if member.attaching is not None:
+            member.attaching.cancel()
+            await asyncio.gather(member.attaching, return_exceptions=True)
+        group.members.pop(sandbox_id, None)
+        if group.members:
+            await self._detach(member)
+        else:
+            if self._groups.get(group.name) is group:
+                del self._groups[group.name]  # now, before any wait: a new sandbox must not join a stopping worker
+            if member.attached and group.zygote is not None:
+                # Released before the runtime tears the netns down, not when the broker reaps the worker.
+                await group.zygote.unassign(group.status.pid, sandbox_id)
+            await self._stop_group(group)
+        member.attached = False
+        self._report(member, service_pb.WorkerStatus(state=service_pb.WORKER_NONE, netns_path=member.target.netns_path))
 
     def status(self, sandbox_id: str) -> service_pb.WorkerStatus:
-        sb = self._sandboxes.get(sandbox_id)
+        member = self._members.get(sandbox_id)
         status = service_pb.WorkerStatus()
-        if sb is not None:
-            status.CopyFrom(sb.status)
+        if member is not None:
+            status.CopyFrom(member.status)
+            status.group_sandboxes = len(member.group.members)
         return status
 
     def sandbox_ids(self) -> list[str]:
-        return list(self._sandboxes)
+        return list(self._members)
 
     async def close(self) -> None:
         """Stops every worker, then the zygote."""
         self._closing = True
-        await asyncio.gather(*(self.stop_sandbox(sid) for sid in list(self._sandboxes)))
+        for member in self._members.values():
+            if member.attaching is not None:
+                member.attaching.cancel()
+        await asyncio.gather(*(self._stop_group(group) for group in list(self._groups.values())))
+        for member in list(self._members.values()):
+            self._report(member, service_pb.WorkerStatus(state=service_pb.WORKER_NONE,
+                                                         netns_path=member.target.netns_path))
+        self._members.clear()
         if self._zygote_restart is not None:
             self._zygote_restart.cancel()
             await asyncio.gather(self._zygote_restart, return_exceptions=True)
@@ -276,116 +331,235 @@ class WorkerSupervisor:
 
     # --- sandboxes ----------------------------------------------------------------------------
 
-    def _sandbox(self, target: SandboxTarget) -> _Sandbox:
-        sb = self._sandboxes.get(target.sandbox_id)
-        if sb is not None:
-            sb.target = target  # used from the next (re)start on
-            return sb
+    def _member(self, target: SandboxTarget) -> _Member:
+        member = self._members.get(target.sandbox_id)
+        if member is not None:
+            member.target = target  # used from the next attachment on
+            return member
         if self._closing:
             raise WorkerUnavailable("the supervisor is closing")
+        group = self._group_for(target)
+        member = _Member(target=target, group=group, backoff=Backoff(*self._backoff),
+                         changed=asyncio.get_running_loop().create_future())
+        self._members[target.sandbox_id] = member
+        group.members[target.sandbox_id] = member
+        self._report(member)
+        if group.conn is not None:  # a running worker takes it now; otherwise at the worker's next start
+            self._start_attaching(member)
+        return member
+
+    def _group_for(self, target: SandboxTarget) -> _Group:
+        views = [GroupView(g.name, g.tenancy, len(g.members), open=not g.stopping.done()) for g in self._groups.values()]
+        name = choose_group(views, tenancy=target.tenancy, isolation=self._isolation, capacity=self._capacity)
+        if name is not None:
+            return self._groups[name]
+        name = new_group_name(sandbox_id=target.sandbox_id, tenancy=target.tenancy, isolation=self._isolation,
+                              taken=self._groups)
         loop = asyncio.get_running_loop()
-        sb = _Sandbox(
-            target=target,
-            status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING, netns_path=target.netns_path),
-            stopping=loop.create_future(),
-            changed=loop.create_future(),
-        )
-        self._sandboxes[target.sandbox_id] = sb
-        sb.task = asyncio.create_task(self._supervise(sb), name=f"worker {target.sandbox_id}")
-        return sb
+        group = _Group(name=name, tenancy=target.tenancy, stopping=loop.create_future(),
+                       status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING))
+        self._groups[name] = group
+        group.task = asyncio.create_task(self._supervise(group), name=f"worker {name}")
+        return group
 
-    async def _stop_if_idle(self, sb: _Sandbox) -> None:
-        if not (sb.pinned or sb.kept_warm or sb.regs or sb.inflight) and self._sandboxes.get(sb.target.sandbox_id) is sb:
-            await self.stop_sandbox(sb.target.sandbox_id)
+    async def _stop_if_idle(self, member: _Member) -> None:
+        if not (member.pinned or member.kept_warm or member.regs or member.inflight) \
+                and self._members.get(member.target.sandbox_id) is member:
+            await self.stop_sandbox(member.target.sandbox_id)
 
-    def _set(self, sb: _Sandbox, state: int, **fields) -> None:
-        sb.status.state = state
-        sb.status.netns_path = sb.target.netns_path
-        for name, value in fields.items():
-            setattr(sb.status, name, value)
-        changed, sb.changed = sb.changed, asyncio.get_running_loop().create_future()
-        changed.set_result(None)
+    def _member_status(self, member: _Member) -> service_pb.WorkerStatus:
+        """The sandbox's view of its worker: the worker's state, narrowed by the sandbox's own attachment."""
+        group = member.group
         status = service_pb.WorkerStatus()
-        status.CopyFrom(sb.status)
-        try:
-            self._on_worker(sb.target.sandbox_id, status)
-        except Exception:  # a broken callback must not take the supervision down
-            log.exception("on_worker callback failed", extra={"sandbox": sb.target.sandbox_id})
+        status.CopyFrom(group.status)
+        status.netns_path, status.group = member.target.netns_path, group.name
+        if group.status.state == service_pb.WORKER_RUNNING:
+            if member.error:
+                status.state, status.last_error = service_pb.WORKER_FAILED, member.error
+            elif not member.attached:
+                status.state = service_pb.WORKER_STARTING
+            else:
+                status.netns_inode = member.netns_inode
+        return status
 
-    async def _wait_until(self, sb: _Sandbox, predicate: Callable[[], bool], timeout_s: float | None) -> None:
+    def _report(self, member: _Member, status: service_pb.WorkerStatus | None = None) -> None:
+        status = status if status is not None else self._member_status(member)
+        if status == member.status:
+            return
+        member.status = status
+        if member.changed is not None:
+            changed, member.changed = member.changed, asyncio.get_running_loop().create_future()
+            changed.set_result(None)
+        copy = service_pb.WorkerStatus()
+        copy.CopyFrom(status)
+        try:
+            self._on_worker(member.target.sandbox_id, copy)
+        except Exception:  # a broken callback must not take the supervision down
+            log.exception("on_worker callback failed", extra={"sandbox": member.target.sandbox_id})
+
+    def _set(self, group: _Group, state: int, **fields) -> None:
+        group.status.state = state
+        for name, value in fields.items():
+            setattr(group.status, name, value)
+        for member in list(group.members.values()):
+            self._report(member)
+
+    async def _wait_until(self, member: _Member, predicate: Callable[[], bool], timeout_s: float | None) -> None:
         async def wait() -> None:
             while not predicate():
-                await asyncio.shield(sb.changed)
+                await asyncio.shield(member.changed)
 
         await asyncio.wait_for(wait(), timeout_s)
 
     @staticmethod
-    def _unavailable(sb: _Sandbox) -> str:
-        state = service_pb.WorkerState.Name(sb.status.state)
-        detail = f": {sb.status.last_error}" if sb.status.last_error else ""
-        return f"no running worker for sandbox {sb.target.sandbox_id} ({state}{detail})"
+    def _unavailable(member: _Member) -> str:
+        state = service_pb.WorkerState.Name(member.status.state)
+        detail = f": {member.status.last_error}" if member.status.last_error else ""
+        return f"no running worker for sandbox {member.target.sandbox_id} ({state}{detail})"
 
-    def _forward(self, sandbox_id: str, event: worker_pb.WorkerEvent) -> None:
+    def _forward(self, group: _Group, event: worker_pb.WorkerEvent) -> None:
+        kind = event.WhichOneof("msg")
+        sandbox_id = event.attempt.sandbox_id if kind == "attempt" else event.state_change.sandbox_id
+        member = group.members.get(sandbox_id)
+        if member is None or not member.attached:
+            return  # a sandbox that left the worker: its last events are stale
         try:
             self._on_event(sandbox_id, event)
         except Exception:
             log.exception("on_event callback failed", extra={"sandbox": sandbox_id})
 
+    # --- a sandbox in its worker ----------------------------------------------------------------
+
+    def _start_attaching(self, member: _Member, delay_s: float = 0.0) -> None:
+        if member.attaching is None or member.attaching.done():
+            member.attaching = asyncio.create_task(self._attach(member, delay_s),
+                                                   name=f"attach {member.target.sandbox_id}")
+
+    async def _attach(self, member: _Member, delay_s: float = 0.0) -> None:
+        """Assigns the sandbox's netns to the running worker at the broker, then AddSandbox and its probes."""
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        group = member.group
+        conn, zygote, pid = group.conn, group.zygote, group.status.pid
+        if conn is None or zygote is None or self._members.get(member.target.sandbox_id) is not member:
+            return
+        target = member.target
+        began = asyncio.get_running_loop().time()
+        try:
+            assigned = await zygote.assign(pid, target.sandbox_id, target.netns_path,
+                                           find_pod_ips=not target.pod_ips, timeout_s=self._request_timeout_s)
+        except (ZygoteError, TimeoutError) as exc:
+            if group.conn is not conn:
+                return  # the worker ended meanwhile: its next life attaches again
+            member.error = str(exc) or "the broker did not answer"
+            delay = member.backoff.next_delay(asyncio.get_running_loop().time() - began)
+            log.warning("sandbox cannot be attached to its worker: %s; retrying in %.3gs", member.error, delay,
+                        extra={"sandbox": target.sandbox_id, "group": group.name})
+            self._report(member)
+            member.attaching = None
+            self._start_attaching(member, delay)
+            return
+        pod_ips = list(target.pod_ips) or list(assigned.pod_ips)
+        try:
+            await conn.request(self._request_timeout_s, add_sandbox=worker_pb.AddSandbox(
+                sandbox_id=target.sandbox_id, pod_ips=pod_ips))
+        except (WorkerUnavailable, TimeoutError):
+            return  # the watch of the worker sees why
+        # Replayed synchronously with the switch to attached: an add_probe arriving meanwhile
+        # either is in this snapshot or finds the sandbox attached and sends itself.
+        replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=reg)))
+                   for probe_id, reg in member.regs.items()]
+        member.attached, member.error, member.netns_inode = True, "", assigned.netns_inode
+        self._report(member)
+        for probe_id, reply in replays:
+            try:
+                answer = await conn.reply(reply, self._request_timeout_s)
+            except (WorkerUnavailable, TimeoutError):
+                break  # the watch of the worker sees why
+            if answer.WhichOneof("msg") == "rejected":
+                log.error("worker rejected probe %s: %s", probe_id, "; ".join(answer.rejected.errors),
+                          extra={"sandbox": target.sandbox_id})
+
+    async def _detach(self, member: _Member) -> None:
+        """Out of a worker that serves others: RemoveSandbox (its probes stop), then the broker takes its netns back."""
+        group = member.group
+        conn, zygote, pid = group.conn, group.zygote, group.status.pid
+        if not member.attached or conn is None:
+            return
+        member.attached = False
+        try:
+            await conn.request(self._request_timeout_s, remove_sandbox=worker_pb.RemoveSandbox(
+                sandbox_id=member.target.sandbox_id))
+        except (WorkerUnavailable, TimeoutError):
+            pass  # dead or hung: the broker forgets it with the worker
+        if zygote is not None:
+            await zygote.unassign(pid, member.target.sandbox_id)
+
     # --- a worker's lives ------------------------------------------------------------------------
 
-    async def _supervise(self, sb: _Sandbox) -> None:
+    async def _stop_group(self, group: _Group) -> None:
+        if self._groups.get(group.name) is group:
+            del self._groups[group.name]
+        if not group.stopping.done():
+            group.stopping.set_result(None)
+        if group.task is not None:
+            await asyncio.shield(group.task)
+
+    async def _supervise(self, group: _Group) -> None:
         loop = asyncio.get_running_loop()
         backoff = Backoff(*self._backoff)
-        sid = sb.target.sandbox_id
         while True:
             began = loop.time()
             try:
-                end = await self._live(sb)
-            except Exception as exc:  # a bug here must not leave the sandbox unsupervised
-                log.exception("supervising the worker failed", extra={"sandbox": sid})
+                end = await self._live(group)
+            except Exception as exc:  # a bug here must not leave the sandboxes unsupervised
+                log.exception("supervising the worker failed", extra={"group": group.name})
                 end = _LifeEnd(f"internal error: {exc!r}")
-            if sb.stopping.done():
+            if group.stopping.done():
                 return
             delay = backoff.next_delay(loop.time() - began)
             state = service_pb.WORKER_FAILED if end.fatal else service_pb.WORKER_BACKOFF
-            self._set(sb, state, pid=0, last_error=end.reason, restarts=sb.status.restarts + 1)
+            self._set(group, state, pid=0, last_error=end.reason, restarts=group.status.restarts + 1)
             log.warning("worker ended: %s; restarting in %.3gs", end.reason, delay,
-                        extra={"sandbox": sid, "restarts": sb.status.restarts})
-            await asyncio.wait([sb.stopping], timeout=delay)
-            if sb.stopping.done():
+                        extra={"group": group.name, "restarts": group.status.restarts})
+            await asyncio.wait([group.stopping], timeout=delay)
+            if group.stopping.done():
                 return
 
-    async def _live(self, sb: _Sandbox) -> _LifeEnd:
+    async def _live(self, group: _Group) -> _LifeEnd:
         """One worker, from spawn to death; returns why it ended (stopping: returns at once)."""
-        self._set(sb, service_pb.WORKER_STARTING, pid=0)
+        self._set(group, service_pb.WORKER_STARTING, pid=0)
         config = worker_pb.WorkerConfig()
         config.CopyFrom(self._config)
-        config.sandbox_id, config.netns_path = sb.target.sandbox_id, sb.target.netns_path
-        config.pod_ips[:] = sb.target.pod_ips
+        config.group = group.name
         try:
             zygote = await self._get_zygote()
             worker = await zygote.spawn(config, self._start_timeout_s)
         except (ZygoteError, TimeoutError) as exc:
             return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
         proc = WorkerProcess(worker)
-        conn = WorkerConnection(lambda event: self._forward(sb.target.sandbox_id, event))
+        conn = WorkerConnection(lambda event: self._forward(group, event))
         try:
             try:
                 await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=worker.sock)
             except OSError as exc:
                 worker.sock.close()
                 return await self._bury(proc, conn, f"cannot watch the worker's socket: {exc}")
-            return await self._serve(sb, proc, conn)
+            return await self._serve(group, zygote, proc, conn)
         finally:
-            sb.conn = None
+            group.conn = group.zygote = None
+            for member in group.members.values():
+                member.attached = False
+                if member.attaching is not None:
+                    member.attaching.cancel()
             conn.fail("stopped")
             proc.close()
 
-    async def _serve(self, sb: _Sandbox, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
-        ended = {conn.lost, proc.gone, sb.stopping}
+    async def _serve(self, group: _Group, zygote: Zygote, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
+        ended = {conn.lost, proc.gone, group.stopping}
         done, _ = await asyncio.wait(ended | {conn.first}, timeout=self._start_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
-        if sb.stopping.done():
+        if group.stopping.done():
             return await self._shutdown(proc, conn)
         if not conn.first.done():
             reason = f"no Ready from the worker within {self._start_timeout_s:g}s" if not done else None
@@ -398,28 +572,20 @@ class WorkerSupervisor:
         ready = first.ready
         if conn.lost.done():  # Ready, then gone at once
             return await self._bury(proc, conn, None)
-        # Replayed synchronously with the switch to RUNNING: an add_probe arriving meanwhile
-        # either is in this snapshot or finds the connection and sends itself.
-        replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=reg))) for probe_id, reg in sb.regs.items()]
-        sb.conn = conn
-        self._set(sb, service_pb.WORKER_RUNNING, pid=ready.pid, netns_inode=ready.netns_inode,
-                  started_at=time.time_ns())
-        log.info("worker running", extra={"sandbox": sb.target.sandbox_id, "pid": ready.pid,
-                                          "probes": len(replays), "restarts": sb.status.restarts})
-        for probe_id, reply in replays:
-            try:
-                answer = await conn.reply(reply, self._request_timeout_s)
-            except (WorkerUnavailable, TimeoutError):
-                break  # the watch below sees why
-            if answer.WhichOneof("msg") == "rejected":
-                log.error("restarted worker rejected probe %s: %s", probe_id, "; ".join(answer.rejected.errors),
-                          extra={"sandbox": sb.target.sandbox_id})
+        group.conn, group.zygote = conn, zygote
+        # last_error stays: why the previous life ended is what an operator looking at restarts wants to know.
+        self._set(group, service_pb.WORKER_RUNNING, pid=ready.pid, started_at=time.time_ns())
+        log.info("worker running", extra={"group": group.name, "pid": ready.pid, "sandboxes": len(group.members),
+                                          "restarts": group.status.restarts})
+        for member in list(group.members.values()):
+            member.error = ""
+            self._start_attaching(member)
 
         loop = asyncio.get_running_loop()
         tick = min(self._heartbeat_interval_s, self._heartbeat_timeout_s / 4)
         while True:
             await asyncio.wait(ended, timeout=tick, return_when=asyncio.FIRST_COMPLETED)
-            if sb.stopping.done():
+            if group.stopping.done():
                 return await self._shutdown(proc, conn)
             if conn.lost.done() or proc.gone.done():
                 return await self._bury(proc, conn, None)

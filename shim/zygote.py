@@ -2,8 +2,9 @@
 
 The daemon starts the zygote first, with `python -m shim.zygote_process --fd N`, and talks to it over a
 SOCK_SEQPACKET socketpair (cri_proto/zygote.proto): one message per packet, so the descriptors passed with
-SCM_RIGHTS stay attached to their message. `Zygote` (asyncio) starts the process, spawns workers, resolves each
-worker's `exited` future and notices the zygote's own death; `WorkerExit` says how a worker ended, for both sides.
+SCM_RIGHTS stay attached to their message. `Zygote` (asyncio) starts the process, spawns workers, assigns them
+sandboxes (the zygote is their netns broker), resolves each worker's `exited` future and notices the zygote's own
+death; `WorkerExit` says how a worker ended, for both sides.
 This module imports nothing of the worker: the zygote process imports it, so it stays lean too.
 """
 
@@ -104,7 +105,7 @@ class Zygote:
         self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
         self._seq = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[tuple[int, int | None, asyncio.Future[WorkerExit]]]] = {}
+        self._pending: dict[int, asyncio.Future] = {}  # a Spawn's (pid, pidfd, exited), an Assign's Assigned
         self._workers: dict[int, asyncio.Future[WorkerExit]] = {}
         self.hello: asyncio.Future[zygote_pb.Hello] = self._loop.create_future()
         self.died: asyncio.Future[str] = self._loop.create_future()  # why it ended; set once reaped
@@ -184,6 +185,30 @@ class Zygote:
             self._pending.pop(seq, None)
         return SpawnedWorker(pid=pid, sock=ours, pidfd=pidfd, exited=exited)
 
+    async def assign(self, worker_pid: int, sandbox_id: str, netns_path: str, *, find_pod_ips: bool = False,
+                     timeout_s: float = SPAWN_TIMEOUT_S) -> zygote_pb.Assigned:
+        """Lets the worker have sockets in the sandbox's netns (the zygote is the broker); ZygoteError says why not."""
+        if not self.alive:
+            raise ZygoteError("the zygote is not running")
+        seq = next(self._seq)
+        reply = self._loop.create_future()
+        self._pending[seq] = reply
+        try:
+            await self._send(zygote_pb.ZygoteRequest(seq=seq, assign=zygote_pb.Assign(
+                worker_pid=worker_pid, sandbox_id=sandbox_id, netns_path=netns_path, find_pod_ips=find_pod_ips)))
+            return await asyncio.wait_for(reply, timeout_s)
+        finally:
+            self._pending.pop(seq, None)
+
+    async def unassign(self, worker_pid: int, sandbox_id: str) -> None:
+        """Takes the sandbox back from the worker (no answer: a dead zygote took it back already)."""
+        if self.alive:
+            try:
+                await self._send(zygote_pb.ZygoteRequest(unassign=zygote_pb.Unassign(
+                    worker_pid=worker_pid, sandbox_id=sandbox_id)))
+            except ZygoteError:
+                pass
+
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Closes the control socket (the zygote then kills its workers and exits) and reaps it."""
         self._connection_lost("zygote closed")
@@ -195,11 +220,11 @@ class Zygote:
 
     # --- internals ---------------------------------------------------------------------
 
-    async def _send(self, request: zygote_pb.ZygoteRequest, fd: int) -> None:
+    async def _send(self, request: zygote_pb.ZygoteRequest, fd: int | None = None) -> None:
         data = request.SerializeToString()
         while True:
             try:
-                socket.send_fds(self._control, [data], [fd])
+                socket.send_fds(self._control, [data], [] if fd is None else [fd])
                 return
             except BlockingIOError:
                 writable = self._loop.create_future()
@@ -250,6 +275,10 @@ class Zygote:
             return
         elif kind == "spawn_failed" and reply is not None and not reply.done():
             reply.set_exception(ZygoteError(event.spawn_failed.message))
+        elif kind == "assigned" and reply is not None and not reply.done():
+            reply.set_result(event.assigned)
+        elif kind == "assign_failed" and reply is not None and not reply.done():
+            reply.set_exception(ZygoteError(event.assign_failed.message))
         elif kind == "exited":
             ex = event.exited
             status = WorkerExit(pid=ex.pid, exit_code=None if ex.signal else ex.exit_code, signal=ex.signal or None)

@@ -56,10 +56,11 @@ from probe_api.defaults import KUBELET_VERSION
 from probe_worker import main as worker_main
 from probe_worker import netns, privileges
 from probe_worker.channel import AsyncChannel, BlockingChannel
-from probe_worker.netns import _thread_count, namespace_id
+from probe_worker.netns import _thread_count
 from probe_worker.pod_ips import discover_pod_ips
 from probe_worker.privileges import effective_capabilities
-from probe_worker.prober import Prober
+from probe_worker.socket_source import BrokerSockets
+from shim.netns_broker import NetnsBroker
 
 # More than the 8 calls after which 3.11 quickens a function, for every path below.
 ROUNDS = 12
@@ -130,7 +131,14 @@ async def _session(user_agent_version: str) -> None:
     worker_end, daemon_end = socket.socketpair()
     # As in a forked worker: Ready on the blocking channel, then the same socket to asyncio.
     worker_channel = BlockingChannel(worker_end)
-    worker_channel.send(worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=os.getpid(), pod_ips=["127.0.0.1"])))
+    worker_channel.send(worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=os.getpid())))
+    # The sockets come from a broker, as in a worker: a broker of the zygote's own netns, served on this loop.
+    broker = NetnsBroker()
+    broker_end, sockets_end = broker.channel_pair()
+    broker.attach(0, broker_end)
+    broker.assign(0, "warm", "/proc/self/ns/net")
+    loop.add_reader(broker_end.fileno(), broker.serve_channel, 0)
+    sockets = BrokerSockets(sockets_end)
     closed = socket.socket()  # bound, never listening: connects to it are refused
     try:
         closed.bind(("127.0.0.1", 0))
@@ -138,7 +146,7 @@ async def _session(user_agent_version: str) -> None:
                        closed.getsockname()[1])
         daemon = AsyncChannel(daemon_end)
         worker = asyncio.create_task(worker_main.serve(
-            worker_channel.to_async(), Prober(["127.0.0.1"], user_agent_version), HEARTBEAT_MS))
+            worker_channel.to_async(), sockets, user_agent_version, HEARTBEAT_MS))
         seq = 0
 
         async def request(**msg) -> None:
@@ -146,8 +154,10 @@ async def _session(user_agent_version: str) -> None:
             seq += 1
             await daemon.send(worker_pb.WorkerRequest(seq=seq, **msg))
 
+        await request(add_sandbox=worker_pb.AddSandbox(sandbox_id="warm", pod_ips=["127.0.0.1"]))
         for i, spec in enumerate(specs):
-            reg = worker_pb.ProbeRegistration(probe_id=f"warm-{i}", type=spec_pb.READINESS, spec=spec, start_now=True,
+            reg = worker_pb.ProbeRegistration(probe_id=f"warm-{i}", sandbox_id="warm", type=spec_pb.READINESS,
+                                              spec=spec, start_now=True,
                                               container=worker_pb.ContainerRef(id="warm", name="warm"))
             await request(add_probe=worker_pb.AddProbe(probe=reg))
             for _ in range(ROUNDS):
@@ -162,10 +172,14 @@ async def _session(user_agent_version: str) -> None:
             if event.WhichOneof("msg") == "attempt" and len(attempts) == len(specs):
                 await request(heartbeat=worker_pb.Heartbeat())
         for i in range(len(specs)):
-            await request(remove_probe=worker_pb.RemoveProbe(probe_id=f"warm-{i}"))
+            await request(remove_probe=worker_pb.RemoveProbe(probe_id=f"warm-{i}", sandbox_id="warm"))
+        await request(remove_sandbox=worker_pb.RemoveSandbox(sandbox_id="warm"))
         await request(shutdown=worker_pb.Shutdown())
         await worker
     finally:
+        loop.remove_reader(broker_end.fileno())
+        sockets.close()
+        broker.close()
         closed.close()
         worker_end.close()
         daemon_end.close()
@@ -180,16 +194,16 @@ def _start_path() -> None:
     # ctypes makes a function object on a library's first attribute lookup and keeps it:
     # made here, it is shared; made in each worker, it would cost each worker pages.
     for library in (netns._libc, privileges._libc):
-        for name in ("setns", "prctl", "capset"):
+        for name in ("setns", "unshare", "prctl", "capset"):
             getattr(library, name, None)
     for _ in range(ROUNDS):
         discover_pod_ips()  # the zygote's own netns: a read-only netlink dump
-        config = worker_main._with_defaults(worker_pb.WorkerConfig(netns_path="/proc/self/ns/net", pod_ips=["127.0.0.1"]))
+        worker_main._with_defaults(worker_pb.WorkerConfig(group="warm"))
         threading.current_thread()
         _thread_count()
-        namespace_id(config.netns_path)
+        os.stat("/proc/thread-self/ns/net")
         effective_capabilities()
-        for event in (worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=os.getpid(), pod_ips=config.pod_ips)),
+        for event in (worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=os.getpid())),
                       worker_pb.WorkerEvent(fatal=worker_pb.Fatal(message="warm-up")),
                       worker_pb.WorkerEvent(seq=1, rejected=worker_pb.Rejected(errors=["warm-up"]))):
             worker_pb.WorkerEvent.FromString(event.SerializeToString()).WhichOneof("msg")

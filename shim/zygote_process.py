@@ -1,5 +1,5 @@
 """The worker zygote: a preloaded, single-threaded process that forks probe workers (`python -m
-shim.zygote_process --fd N`).
+shim.zygote_process --fd N`), and the netns broker that hands those workers their probe sockets.
 
 The daemon runs grpc threads, and forking a process that has threads is unsafe, so workers are forked by this
 small process instead. It preloads everything a worker needs, prepares its memory (zygote_prefork.py), freezes the
@@ -7,6 +7,11 @@ GC so the preloaded objects stay in pages the children share, forks one child pe
 pid (with a pidfd) and later its exit status, over the SOCK_SEQPACKET socketpair of cri_proto/zygote.proto. The
 daemon's side of that socket is zygote.py. Imports stay lean (probe_worker and the standard library, never
 grpcio): every worker inherits what the zygote holds.
+
+It is also the netns broker (shim/netns_broker.py): privileged and single-threaded already, it makes each worker's
+broker channel when it forks it, holds the netns of every sandbox the daemon assigns to a worker, and answers the
+workers' SocketRequests from the same poll loop. A worker whose zygote died loses its broker and ends; the daemon
+starts a new zygote and, through it, new workers.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
 from probe_worker.channel import BlockingChannel
+from probe_worker.pod_ips import discover_pod_ips
+from shim.netns_broker import BrokerError, NetnsBroker
 from shim.zygote import MAX_PACKET, exit_from_waitid
 from shim.zygote_prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
 
@@ -63,6 +70,8 @@ class _ZygoteProcess:
         self.gc_freeze = gc_freeze
         self.child_gc_threshold = child_gc_threshold
         self.children: dict[int, int] = {}  # pidfd -> pid
+        self.channels: dict[int, int] = {}  # broker channel fd -> worker pid
+        self.broker = NetnsBroker(find_pod_ips=discover_pod_ips)
         self.poller = select.poll()  # not epoll: poll holds no descriptor a child would inherit
         self.poller.register(control, select.POLLIN)
         self.pid = os.getpid()
@@ -76,13 +85,25 @@ class _ZygoteProcess:
                     request, fds = _recv(self.control)
                     if request is None:
                         self._kill_children()
+                        self.broker.close()
                         return 0
                     self._handle(request, fds)
                 elif fd in self.children:
                     self._reap(fd)
+                elif fd in self.channels and not self.broker.serve_channel(self.channels[fd]):
+                    self._forget_channel(fd)
 
     def _handle(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
-        if request.WhichOneof("msg") != "spawn" or len(fds) != 1:
+        kind = request.WhichOneof("msg")
+        if kind in ("assign", "unassign"):
+            for fd in fds:
+                os.close(fd)
+            if kind == "unassign":
+                self.broker.unassign(request.unassign.worker_pid, request.unassign.sandbox_id)
+            else:
+                self._assign(request.seq, request.assign)
+            return
+        if kind != "spawn" or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
             _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
@@ -90,26 +111,51 @@ class _ZygoteProcess:
                         f"{request.WhichOneof('msg')} with {len(fds)}")))
             return
         worker_fd = fds[0]
+        ours, theirs = self.broker.channel_pair()
         if self.gc_freeze:
             gc.freeze()  # what this loop allocated since the last fork joins the shared generation
         try:
             pid = os.fork()
         except OSError as exc:
             os.close(worker_fd)
+            ours.close()
+            theirs.close()
             _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
                 message=f"fork failed: {exc.strerror}")))
             return
         if pid == 0:
-            self._child(request.spawn.config, worker_fd)  # never returns
+            self._child(request.spawn.config, worker_fd, theirs.fileno())  # never returns
         os.close(worker_fd)
+        theirs.close()
+        self.broker.attach(pid, ours)
+        self.channels[ours.fileno()] = pid
+        self.poller.register(ours, select.POLLIN)
         pidfd = os.pidfd_open(pid)  # the child cannot be reaped before we poll it: it stays valid
         self.children[pidfd] = pid
         self.poller.register(pidfd, select.POLLIN)
         _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(pid=pid)), [pidfd])
 
+    def _assign(self, seq: int, assign: zygote_pb.Assign) -> None:
+        try:
+            inode, pod_ips = self.broker.assign(assign.worker_pid, assign.sandbox_id, assign.netns_path,
+                                                assign.find_pod_ips)
+        except (BrokerError, OSError) as exc:
+            _send(self.control, zygote_pb.ZygoteEvent(seq=seq, assign_failed=zygote_pb.AssignFailed(message=str(exc))))
+            return
+        _send(self.control, zygote_pb.ZygoteEvent(seq=seq, assigned=zygote_pb.Assigned(netns_inode=inode,
+                                                                                         pod_ips=pod_ips)))
+
+    def _forget_channel(self, fd: int) -> None:
+        pid = self.channels.pop(fd)
+        self.poller.unregister(fd)
+        self.broker.detach(pid)
+
     def _reap(self, pidfd: int) -> None:
         pid = self.children.pop(pidfd)
         self.poller.unregister(pidfd)
+        channel = self.broker.channel_of(pid)
+        if channel is not None:
+            self._forget_channel(channel.fileno())
         result = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
         os.close(pidfd)
         status = exit_from_waitid(pid, result.si_code, result.si_status)
@@ -127,7 +173,7 @@ class _ZygoteProcess:
             os.close(pidfd)
         self.children.clear()
 
-    def _child(self, config: worker_pb.WorkerConfig, worker_fd: int) -> None:
+    def _child(self, config: worker_pb.WorkerConfig, worker_fd: int, broker_fd: int) -> None:
         """In the forked child: shed the zygote's state, then become the worker."""
         code = EXIT_INTERNAL_ERROR
         try:
@@ -138,15 +184,18 @@ class _ZygoteProcess:
             # Every Python object the child touches copies the page it is on: this prelude sticks
             # to C functions and ints (closerange also closes the control socket and the pidfds).
             self.control.detach()
-            # Anything else (inherited by the zygote by mistake) must not reach a pod's process.
-            os.closerange(3, worker_fd)
-            os.closerange(worker_fd + 1, self.max_fd)
+            # Anything else (the broker's netns descriptors and other workers' channels, or what the zygote
+            # inherited by mistake) must not reach a pod's process.
+            low, high = min(worker_fd, broker_fd), max(worker_fd, broker_fd)
+            os.closerange(3, low)
+            os.closerange(low + 1, high)
+            os.closerange(high + 1, self.max_fd)
             _reset_signals()
             if self.child_gc_threshold > 0:
                 gc.set_threshold(self.child_gc_threshold)
                 gc.enable()
             channel = BlockingChannel(socket.socket(fileno=worker_fd))
-            code = worker_main.run(config, channel, die_with_parent_process=False)
+            code = worker_main.run(config, channel, socket.socket(fileno=broker_fd), die_with_parent_process=False)
         except BaseException:  # noqa: BLE001  the child must end here, never return into the zygote loop
             traceback.print_exc()
         finally:

@@ -39,8 +39,8 @@ def make_worker():
     """Factory for workers with custom configs; all are shut down at teardown."""
     workers: list[WorkerHarness] = []
 
-    def make(netns_path: str, **config) -> WorkerHarness:
-        worker = WorkerHarness(worker_pb.WorkerConfig(netns_path=netns_path, **config))
+    def make(netns_path: str, pod_ips=(), sandbox_id: str = "test-sandbox", **config) -> WorkerHarness:
+        worker = WorkerHarness(worker_pb.WorkerConfig(**config), netns_path, pod_ips, sandbox_id)
         workers.append(worker)
         return worker
 

@@ -39,7 +39,7 @@ def remove_stale_namespaces() -> list[str]:
     removed = []
     for line in listing.splitlines():
         name = line.split()[0] if line.strip() else ""
-        parts = name.split("-")
+        parts = name.rsplit(".", 1)[-1].split("-")  # "team-a.cps-pod-PID-N": a tenancy prefix (create())
         if len(parts) == 4 and parts[0] == "cps" and parts[2].isdigit() and not Path(f"/proc/{parts[2]}").exists():
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             removed.append(name)
@@ -86,9 +86,11 @@ class PodNetns:
         return [self.ipv4, self.ipv6]
 
     @classmethod
-    def create(cls, with_addresses: bool = True) -> "PodNetns":
+    def create(cls, with_addresses: bool = True, tenancy: str = "") -> "PodNetns":
+        """tenancy: a Kubernetes-like namespace the name starts with ("team-a.cps-pod-..."), for the daemon's
+        embedded_namespace_separator = "." """
         tag = f"{os.getpid()}-{next(_counter)}"
-        ns = cls(name=f"cps-pod-{tag}", peer=f"cps-peer-{tag}")
+        ns = cls(name=f"{tenancy}.cps-pod-{tag}" if tenancy else f"cps-pod-{tag}", peer=f"cps-peer-{tag}")
         _ip("netns", "add", ns.name)
         try:
             _ip("netns", "add", ns.peer)

@@ -11,6 +11,7 @@ def test_defaults_match_the_issue():
     assert c.runtime_endpoint == "unix:///run/containerd/containerd.sock"
     assert c.state_dir == "/var/lib/probe-shim" and c.metrics_listen == "127.0.0.1:9555"
     assert c.reconcile_interval_s == 5.0 and c.allow_host_field is False and not c.embedded
+    assert (c.worker_isolation, c.sandboxes_per_worker, c.embedded_namespace_separator) == ("pooled", 16, "")
 
 
 def test_file_then_flags(tmp_path):
@@ -33,6 +34,10 @@ def test_file_then_flags(tmp_path):
     ("socket_group = true\n", "socket_group: expected str"),
     ("hook_timeout_s = 0\n", "hook_timeout_s: must be more than 0 and at most 3600"),
     ("hook_timeout_s = 86400\n", "hook_timeout_s: must be more than 0 and at most 3600"),
+    ("worker_isolation = \"process\"\n", "worker_isolation: must be pooled or sandbox, not 'process'"),
+    ("sandboxes_per_worker = 0\n", "sandboxes_per_worker: must be between 1 and 256"),
+    ("sandboxes_per_worker = 257\n", "sandboxes_per_worker: must be between 1 and 256"),
+    ("embedded_namespace_separator = 1\n", "embedded_namespace_separator: expected str"),
     ("this is not toml", "config file"),
 ])
 def test_bad_config_is_a_clear_error(tmp_path, text, message):

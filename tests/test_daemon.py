@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from tests.daemon_env import DaemonProcess, run, status, tcp_spec, wait_for
-from tests.netns_env import listen
+from tests.netns_env import PodNetns, listen
 
 pytestmark = pytest.mark.netns
 
@@ -223,3 +223,28 @@ def test_sigterm_stops_cleanly(tmp_path, pod_netns):
     assert not os.path.exists(d.socket_path)
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert alive == []
+
+
+# --- worker groups ----------------------------------------------------------------------------
+
+def test_embedded_namespaces_read_from_netns_names_never_share_a_worker(tmp_path):
+    made = [PodNetns.create(with_addresses=False, tenancy=t) for t in ("team-a", "team-a", "team-b")]
+    daemon = DaemonProcess(tmp_path, ["--embedded-namespace-separator", "."]).start()
+    try:
+        probes = {}
+        for ns in made:
+            server = listen(ns, host="127.0.0.1")
+            probes[ns.name] = run(daemon, ns, tcp_spec(server.port, target=spec_pb.LOOPBACK))
+        for probe_id in probes.values():
+            wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        workers = {p.pod_sandbox_id: p.worker for p in status(daemon).probes}
+        a1, a2, b1 = (workers[ns.name] for ns in made)
+        assert (a1.group, a2.group, b1.group) == ("team-a#1", "team-a#1", "team-b#1")
+        assert a1.pid == a2.pid != b1.pid
+        listed = {s.id: s.worker.group_sandboxes
+                  for s in daemon.stub.ListProbeSandboxes(service_pb.ListProbeSandboxesRequest(), timeout=5).sandboxes}
+        assert [listed[ns.name] for ns in made] == [2, 2, 1]
+    finally:
+        daemon.stop()
+        for ns in made:
+            ns.destroy()

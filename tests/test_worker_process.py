@@ -52,12 +52,15 @@ def wait_state(worker, probe_id, state, limit=200):
 
 # --- start-up and least privilege -------------------------------------------------
 
-def test_worker_enters_the_netns_and_drops_everything(pod_netns, worker):
+def test_worker_sits_in_an_empty_netns_of_its_own_and_drops_everything(pod_netns, worker):
     pid = worker.proc.pid
     assert worker.ready.pid == pid
-    assert worker.ready.netns_inode == os.stat(pod_netns.path).st_ino
-    assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(pod_netns.path).st_ino
-    assert os.stat(f"/proc/{pid}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino
+    own = os.stat(f"/proc/{pid}/ns/net").st_ino
+    assert worker.ready.netns_inode == own
+    assert own not in (os.stat(pod_netns.path).st_ino, os.stat("/proc/self/ns/net").st_ino)
+    assert worker.netns_inode == os.stat(pod_netns.path).st_ino, "the broker holds the pod's netns for it"
+    with open(f"/proc/{pid}/net/dev") as f:  # the interfaces of the worker's own netns
+        assert [line.split(":")[0].strip() for line in f.readlines()[2:]] == ["lo"]
     status = proc_status(pid)
     assert status["Uid"].split() == ["65534"] * 4
     assert status["Gid"].split() == ["65534"] * 4
@@ -78,7 +81,7 @@ def test_worker_uses_the_configured_ids(pod_netns, make_worker):
 
 def test_pod_ips_are_discovered_in_the_netns_when_not_given(pod_netns, make_worker):
     worker = make_worker(pod_netns.path)
-    assert list(worker.ready.pod_ips) == [pod_netns.ipv4, pod_netns.ipv6]
+    assert worker.pod_ips == [pod_netns.ipv4, pod_netns.ipv6]  # the broker's rtnetlink dump, in the pod's netns
 
 
 def test_missing_netns_is_a_clear_error_and_is_not_created(make_worker):
@@ -98,7 +101,7 @@ def test_proc_pid_ns_net_path_is_accepted(pod_netns, make_worker):
     holder = listen(pod_netns)  # a process living in the netns
     worker = make_worker(f"/proc/{holder.proc.pid}/ns/net")
     # `ip netns exec` execs the command, so the pid is the listener's own.
-    assert worker.ready.netns_inode == os.stat(pod_netns.path).st_ino
+    assert worker.netns_inode == os.stat(pod_netns.path).st_ino
 
 
 def test_worker_exits_when_the_daemon_goes_away(pod_netns, make_worker):

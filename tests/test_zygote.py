@@ -20,6 +20,7 @@ import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
+from probe_worker.main import EXIT_BROKER_GONE
 from shim.worker_process import set_child_subreaper
 from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
 from shim.zygote_prefork import executed_code, relocate_code
@@ -113,19 +114,21 @@ def _socket_inodes(pid: int) -> set[str]:
 
 
 @pytest.mark.netns
-def test_spawned_worker_enters_the_netns_and_keeps_nothing_of_the_zygote(pod_netns):
+def test_spawned_worker_sits_in_its_own_netns_and_keeps_nothing_of_the_zygote(pod_netns):
     async def main():
         exits: list[WorkerExit] = []
         zygote = await Zygote.start(on_exit=exits.append)
         try:
-            first = await zygote.spawn(worker_pb.WorkerConfig(sandbox_id="a", netns_path=pod_netns.path,
-                                                              pod_ips=pod_netns.pod_ips))
-            second = await zygote.spawn(worker_pb.WorkerConfig(sandbox_id="b", netns_path=pod_netns.path,
-                                                               pod_ips=pod_netns.pod_ips))
+            first = await zygote.spawn(worker_pb.WorkerConfig(group="a"))
+            second = await zygote.spawn(worker_pb.WorkerConfig(group="b"))
             ready = (await _first_frame(first)).ready
             await _first_frame(second)
             assert ready.pid == first.pid
-            assert ready.netns_inode == os.stat(pod_netns.path).st_ino
+            assert ready.netns_inode == os.stat(f"/proc/{first.pid}/ns/net").st_ino
+            assert ready.netns_inode not in (os.stat(pod_netns.path).st_ino, os.stat("/proc/self/ns/net").st_ino)
+            assigned = await zygote.assign(first.pid, "pod", pod_netns.path, find_pod_ips=True)
+            assert assigned.netns_inode == os.stat(pod_netns.path).st_ino
+            assert list(assigned.pod_ips) == [pod_netns.ipv4, pod_netns.ipv6]
             assert psutil.Process(first.pid).ppid() == zygote.pid
             status = _status(first.pid)
             assert status["Threads"] == "1"
@@ -134,7 +137,9 @@ def test_spawned_worker_enters_the_netns_and_keeps_nothing_of_the_zygote(pod_net
             assert _blocked_or_ignored(_status(zygote.pid)["SigIgn"], signal.SIGINT)
             assert not _blocked_or_ignored(status["SigIgn"], signal.SIGINT)
             assert int(status["SigBlk"], 16) == 0
-            # Neither the zygote's control socket, nor its pidfds, nor a sibling's socket.
+            # Neither the zygote's control socket, nor its pidfds, nor a sibling's socket, nor a netns.
+            assert not [fd for fd in os.listdir(f"/proc/{first.pid}/fd")
+                        if os.readlink(f"/proc/{first.pid}/fd/{fd}").startswith("net:")]
             zygote_fds = _socket_inodes(zygote.pid)
             assert [t for t in zygote_fds if t.startswith("socket:")], "the zygote holds its control socket"
             worker_fds = _socket_inodes(first.pid)
@@ -160,7 +165,7 @@ def test_a_worker_that_shuts_down_is_reported_with_its_exit_code(pod_netns):
     async def main():
         zygote = await Zygote.start()
         try:
-            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            worker = await zygote.spawn(worker_pb.WorkerConfig())
             channel = AsyncChannel(worker.sock)
             assert worker_pb.WorkerEvent.FromString(await channel.recv()).WhichOneof("msg") == "ready"
             await channel.send(worker_pb.WorkerRequest(seq=1, shutdown=worker_pb.Shutdown()))
@@ -171,16 +176,19 @@ def test_a_worker_that_shuts_down_is_reported_with_its_exit_code(pod_netns):
     asyncio.run(main())
 
 
-def test_missing_netns_gives_fatal_then_exit_code_2():
+def test_assigning_a_missing_netns_is_a_clear_error_and_creates_nothing():
     missing = "/var/run/netns/cps-zygote-does-not-exist"
 
     async def main():
         zygote = await Zygote.start()
         try:
-            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=missing))
-            first = await _first_frame(worker)
-            assert first.fatal.message == f"cannot open network namespace {missing}: No such file or directory"
-            assert await asyncio.wait_for(worker.exited, WAIT_S) == WorkerExit(pid=worker.pid, exit_code=2)
+            worker = await zygote.spawn(worker_pb.WorkerConfig())
+            assert (await _first_frame(worker)).WhichOneof("msg") == "ready"
+            with pytest.raises(ZygoteError, match=f"^cannot open network namespace {missing}: No such file or directory$"):
+                await zygote.assign(worker.pid, "gone", missing)
+            with pytest.raises(ZygoteError, match="^no worker 1 here$"):
+                await zygote.assign(1, "gone", "/proc/self/ns/net")
+            assert not worker.exited.done(), "a sandbox that cannot be assigned leaves its worker alone"
         finally:
             await zygote.close()
         assert not os.path.exists(missing)
@@ -194,26 +202,30 @@ async def _until_eof(sock) -> None:
 
 
 @pytest.mark.netns
-def test_workers_outlive_the_zygote_and_end_with_their_socket(pod_netns):
+def test_a_worker_ends_with_its_broker_and_is_adopted_meanwhile(pod_netns):
+    """The zygote is the netns broker: a worker whose zygote died can make no probe socket, so it ends (and
+    the daemon, a subreaper, reaps it and starts another through the next zygote)."""
     async def main():
         previous = set_child_subreaper(1)  # as the daemon is: the orphan becomes this process's child
         zygote = await Zygote.start()
         try:
-            worker = await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            worker = await zygote.spawn(worker_pb.WorkerConfig())
             await _first_frame(worker)
+            await zygote.assign(worker.pid, "pod", pod_netns.path)
             os.kill(zygote.pid, signal.SIGKILL)
             assert await asyncio.wait_for(zygote.died, WAIT_S) == "zygote exited with signal 9 (SIGKILL)"
             assert (await worker.exited).reason == "zygote died"  # its status is no longer the zygote's to tell
-            assert psutil.Process(worker.pid).ppid() == os.getpid()  # still running, adopted
             with pytest.raises(ZygoteError, match="not running"):
-                await zygote.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path))
-            worker.sock.close()  # what the daemon's death does: the worker exits at EOF
+                await zygote.spawn(worker_pb.WorkerConfig())
             gone = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().add_reader(worker.pidfd, gone.set_result, None)
             await asyncio.wait_for(gone, WAIT_S)
             asyncio.get_running_loop().remove_reader(worker.pidfd)
             ended = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED)
-            assert exit_from_waitid(ended.si_pid, ended.si_code, ended.si_status) == WorkerExit(worker.pid, exit_code=0)
+            assert ended.si_pid == worker.pid, "reaped here: the worker was adopted when its zygote died"
+            assert exit_from_waitid(ended.si_pid, ended.si_code, ended.si_status) == \
+                WorkerExit(worker.pid, exit_code=EXIT_BROKER_GONE)
+            worker.sock.close()
             worker.close()
         finally:
             await zygote.close()
@@ -293,7 +305,7 @@ def test_merge_pages_opts_the_zygote_and_its_workers_into_ksm_and_is_off_by_defa
         try:
             assert not _ksm_merge_any(plain.pid)
             assert _ksm_merge_any(merging.pid)
-            worker = await merging.spawn(worker_pb.WorkerConfig(netns_path=pod_netns.path, pod_ips=pod_netns.pod_ips))
+            worker = await merging.spawn(worker_pb.WorkerConfig())
             assert (await _first_frame(worker)).WhichOneof("msg") == "ready"
             assert _ksm_merge_any(worker.pid)  # inherited through the fork
         finally:

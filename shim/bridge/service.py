@@ -97,7 +97,7 @@ class KubeletBridge:
         budget_s = call.spec.timeout_ms / 1000 + ANSWER_GRACE_S
         try:
             attempt = await self._supervisor.run_once(
-                SandboxTarget(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips)),
+                SandboxTarget.of(sandbox),
                 worker_pb.ProbeRegistration(
                     type=call.probe_type, spec=call.spec,
                     container=worker_pb.ContainerRef(id=container.id, name=container.name, ports=container.ports),

@@ -2,9 +2,11 @@
 
 Each scenario runs against the real daemon (`probe-shim serve`), real network namespaces, real target servers,
 real workers forked by the real zygote, and (for the runtime) a real containerd:
-- a worker killed with SIGKILL while the daemon runs 750 probes/s (25 sandboxes x 3 TCP probes every 100 ms):
-  restarted within 1 s, its probes resume, the restart is counted, no other probe misses a beat;
-- the zygote killed with SIGKILL: running workers keep probing, the next new sandbox gets a worker;
+- a worker killed with SIGKILL while the daemon runs 750 probes/s (25 sandboxes x 3 TCP probes every 100 ms), in
+  both worker modes (pooled: groups of 5 sandboxes; strict: one worker per sandbox): restarted within 1 s, the
+  probes of its group resume, the restart is counted, no probe of another group misses a beat;
+- the zygote (the netns broker) killed with SIGKILL, in both modes: its workers end with it, come back through a
+  new zygote, and their probes resume; the next new sandbox gets a worker;
 - the daemon killed with SIGKILL while 1000 RunProbe calls are in flight from 4 clients: every call answered OK is
   registered after the restart, and an open watch resyncs through the new instance id;
 - containerd stopped and started again under the shim: proxied CRI calls fail with UNAVAILABLE while it is down and
@@ -48,8 +50,14 @@ pytestmark = pytest.mark.netns
 RUNNING, NONE = service_pb.WORKER_RUNNING, service_pb.WORKER_NONE
 WAIT_S = 30  # generous deadlines: the machine is shared; the bounds the issue sets are asserted separately
 
-# The 750 probes/s load: 25 sandboxes (one worker each) x 3 TCP probes x 10 per second.
+# The 750 probes/s load: 25 sandboxes x 3 TCP probes x 10 per second.
 SANDBOXES, PROBES_PER_SANDBOX, PERIOD_MS = 25, 3, 100
+POOL_SIZE = 5  # sandboxes per pooled worker here: 5 groups, so that a group's restart has others to disturb
+# The daemon's flags per worker mode, and how many sandboxes share a worker in it.
+MODES = {
+    "pooled": (["--worker-isolation", "pooled", "--sandboxes-per-worker", str(POOL_SIZE)], POOL_SIZE),
+    "strict": (["--worker-isolation", "sandbox"], 1),
+}
 RESTART_BOUND_S = 1.0  # the issue's bound: a killed worker is running again within 1 s
 # How late another probe's attempt may be across the kill: one period plus this margin. The margin is the
 # jitter of 26 processes sharing 2 cores with other work (gaps of 100-370 ms measured here with the load average
@@ -254,9 +262,11 @@ def zygote_of(daemon: DaemonProcess) -> psutil.Process:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path, make_netns):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path, make_netns, mode):
+    flags, group_size = MODES[mode]
     metrics_port = free_tcp_port()
-    daemon = DaemonProcess(tmp_path, ["--metrics-listen", f"127.0.0.1:{metrics_port}"]).start()
+    daemon = DaemonProcess(tmp_path, ["--metrics-listen", f"127.0.0.1:{metrics_port}", *flags]).start()
     events = None
     try:
         namespaces = make_netns(SANDBOXES)
@@ -281,14 +291,17 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         rate = sum(window[0] <= e.probe.last_attempt.started_at_unix_ns < window[1]
                    for e in events.attempts(settled)) / RATE_WINDOW_S
 
-        victim = namespaces[0].name
-        victim_probes = {p for p, sid in probes.items() if sid == victim}
-        old = status(daemon, pod_sandbox_id=victim).probes[0].worker
+        old = status(daemon, pod_sandbox_id=namespaces[0].name).probes[0].worker
+        # The victim's group: every sandbox its worker serves.
+        victims = {p.pod_sandbox_id for p in status(daemon).probes if p.worker.pid == old.pid}
+        assert len(victims) == group_size
+        victim_probes = {p for p, sid in probes.items() if sid in victims}
         kill_mark = events.mark()
         killed_at_ns = time.time_ns()
         dead_at = kill_and_wait(old.pid)
-        running = events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.pod_sandbox_id == victim
-                              and e.probe.worker.state == RUNNING and e.probe.worker.restarts == 1, kill_mark)
+        running = max((events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.pod_sandbox_id == victim
+                                   and e.probe.worker.state == RUNNING and e.probe.worker.restarts == 1, kill_mark)
+                       for victim in victims), key=lambda e: e.at)
         resumed = [events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
                                and e.at > running.at, kill_mark) for probe_id in victim_probes]
         # Two seconds of the others' attempts after the kill, to look for a gap.
@@ -301,18 +314,18 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         around = max_gaps_ms(attempts, others, (killed_at_ns - 1_000_000_000, after))
         before = max_gaps_ms(attempts, others, (killed_at_ns - 4_000_000_000, killed_at_ns - 1_000_000_000))
 
-        restarted = status(daemon, pod_sandbox_id=victim).probes
+        restarted = [p for p in status(daemon).probes if p.pod_sandbox_id in victims]
         assert {p.worker.restarts for p in restarted} == {1}
-        assert restarted[0].worker.pid not in (0, old.pid)
+        assert len({p.worker.pid for p in restarted}) == 1 and restarted[0].worker.pid not in (0, old.pid)
         assert restarted[0].worker.last_error == "exited with signal 9 (SIGKILL)"
-        assert {p.worker.restarts for p in status(daemon).probes if p.pod_sandbox_id != victim} == {0}
+        assert {p.worker.restarts for p in status(daemon).probes if p.pod_sandbox_id not in victims} == {0}
         assert metric(metrics_port, "probe_shim_worker_restarts_total") == 1
-        assert metric(metrics_port, "probe_shim_workers") == SANDBOXES
+        assert metric(metrics_port, "probe_shim_workers") == SANDBOXES // group_size
 
         restart_s = running.at - dead_at
         resume_s = max(e.at for e in resumed) - dead_at
         worst_gap = max(around.values())
-        report("worker-kill", sandboxes=SANDBOXES, probes=len(probes), period_ms=PERIOD_MS,
+        report(f"worker-kill ({mode})", sandboxes=SANDBOXES, group=group_size, probes=len(probes), period_ms=PERIOD_MS,
                rate_per_s=f"{rate:.0f}", restart_s=f"{restart_s:.3f}", first_attempts_after_s=f"{resume_s:.3f}",
                others_max_gap_ms=f"{worst_gap:.0f}", others_max_gap_before_ms=f"{max(before.values()):.0f}")
         # Below the nominal 750/s only when other work starves the 2 cores; still a heavy load.
@@ -328,7 +341,9 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
 
 # --- the zygote killed ---------------------------------------------------------------------------------------
 
-def test_zygote_killed_workers_keep_probing_and_the_next_sandbox_gets_a_worker(daemon, make_netns):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_zygote_killed_its_workers_come_back_through_a_new_one_and_probing_resumes(tmp_path, make_netns, mode):
+    daemon = DaemonProcess(tmp_path, MODES[mode][0]).start()
     namespaces = make_netns(4)
     server = serve_loopback(namespaces)
     events = EventLog(daemon.stub)
@@ -338,41 +353,40 @@ def test_zygote_killed_workers_keep_probing_and_the_next_sandbox_gets_a_worker(d
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
                         and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS)
         workers = {p.pod_sandbox_id: p.worker.pid for p in status(daemon).probes}
+        assert len(set(workers.values())) == (1 if mode == "pooled" else 3)
         zygote = zygote_of(daemon)
         mark = events.mark()
-        kill_and_wait(zygote.pid)
-        dead_at_ns = time.time_ns()
+        dead_at = kill_and_wait(zygote.pid)
 
-        # The same workers (now the daemon's children) go on probing; nothing was restarted.
-        later = dead_at_ns + 3 * PERIOD_MS * 1_000_000
-        for probe_id in probes:
-            events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                        and e.probe.last_attempt.started_at_unix_ns > later, mark)
-        gaps = max_gaps_ms(events.attempts(), set(probes), (dead_at_ns - 1_000_000_000, later))
+        # The zygote was the workers' netns broker: they end with it and are started again by a new zygote.
+        running = [events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.pod_sandbox_id == sandbox
+                               and e.probe.worker.state == RUNNING and e.probe.worker.restarts == 1, mark)
+                   for sandbox in workers]
+        resumed = [events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
+                               and e.at > max(r.at for r in running)
+                               and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
+                   for probe_id in probes]
+        new_zygote = zygote_of(daemon)
+        assert new_zygote.pid != zygote.pid
         after = status(daemon).probes
-        assert {p.pod_sandbox_id: p.worker.pid for p in after} == workers
-        assert {(p.worker.state, p.worker.restarts) for p in after} == {(RUNNING, 0)}
-        assert {psutil.Process(pid).ppid() for pid in workers.values()} == {daemon.proc.pid}
-        assert not [e for e in events.events[mark:] if e.type == service_pb.UPDATED and e.probe.worker.state != RUNNING]
+        assert {p.worker.last_error for p in after} == {"exited with code 3"}  # probe_worker.main.EXIT_BROKER_GONE
+        assert {psutil.Process(p.worker.pid).ppid() for p in after} == {new_zygote.pid}
+        assert [pid for pid in workers.values() if psutil.pid_exists(pid)] == []  # reaped, no zombie left
 
-        # The next new sandbox gets a worker, forked by a new zygote.
+        # The next new sandbox gets a worker from the new zygote.
         asked = time.monotonic()
         new_probe = run(daemon, namespaces[3], loopback_spec(server.port))
         answered = time.monotonic()
         first = events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == new_probe
                             and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
-        new_zygote = zygote_of(daemon)
-        assert new_zygote.pid != zygote.pid
         assert psutil.Process(first.probe.worker.pid).ppid() == new_zygote.pid
-        report("zygote-kill", workers=len(workers), restarted=0, others_max_gap_ms=f"{max(gaps.values()):.0f}",
+        report(f"zygote-kill ({mode})", workers=len(set(workers.values())),
+               probing_again_after_s=f"{max(e.at for e in resumed) - dead_at:.3f}",
                new_sandbox_run_probe_s=f"{answered - asked:.3f}", new_sandbox_first_attempt_s=f"{first.at - asked:.3f}")
-        assert max(gaps.values()) <= PERIOD_MS + GAP_MARGIN_MS
         assert "zygote exited with signal 9 (SIGKILL)" in daemon.logs()
     finally:
         events.close()
-    # The adopted workers are stopped and reaped with the daemon: no process, no zombie left.
-    assert daemon.stop() == 0
-    assert [pid for pid in workers.values() if psutil.pid_exists(pid)] == []
+        assert daemon.stop() == 0
 
 
 # --- the daemon killed with RunProbe calls in flight --------------------------------------------------------

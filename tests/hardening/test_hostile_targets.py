@@ -30,7 +30,7 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker import grpc_rules, http_rules
-from tests.daemon_env import run
+from tests.daemon_env import DaemonProcess, run, status
 from tests.netns_env import PodNetns
 
 pytestmark = pytest.mark.netns
@@ -276,6 +276,15 @@ def collect_attempts(daemon, healthy: set[str], count: int) -> dict[str, list[sp
     raise AssertionError("the watch ended before the healthy probes had their attempts")
 
 
+@pytest.fixture(params=["pooled", "sandbox"])
+def daemon(request, tmp_path):
+    """The daemon in each worker mode. Pooled, the other sandbox shares the hostile targets' worker."""
+    d = DaemonProcess(tmp_path, ["--worker-isolation", request.param]).start()
+    d.isolation = request.param
+    yield d
+    d.stop()
+
+
 def test_hostile_targets_do_not_delay_other_containers_or_sandboxes(daemon, pod_netns):
     other = PodNetns.create()
     try:
@@ -292,6 +301,8 @@ def test_hostile_targets_do_not_delay_other_containers_or_sandboxes(daemon, pod_
             "hostile_http.py", "--mode", "healthy").port), container="healthy")
 
         attempts = collect_attempts(daemon, {same_sandbox, other_sandbox}, HEALTHY_ATTEMPTS)
+        workers = {p.probe_id: p.worker.pid for p in status(daemon).probes}
+        assert (workers[same_sandbox] == workers[other_sandbox]) == (daemon.isolation == "pooled")
     finally:
         other.destroy()
 

@@ -2,8 +2,9 @@
 
 A worker parses bytes chosen by the pod; it must hold no more power than the pod: an unprivileged
 uid/gid (65534 unless configured), no supplementary groups, every capability set empty (even when the
-daemon itself was started with inheritable or ambient capabilities), no_new_privs, and rlimits on
-memory and open files.
+daemon itself was started with inheritable or ambient capabilities), no_new_privs, rlimits on
+memory and open files, and a network namespace of its own with nothing in it (its probe sockets come
+from the netns broker, made inside the pod's netns), where its seccomp filter refuses inet sockets.
 """
 
 from __future__ import annotations
@@ -49,9 +50,20 @@ def running_worker(daemon, ns) -> int:
     return probe.worker.pid
 
 
+def interfaces_of(pid: int) -> dict[str, str]:
+    """Name -> operational state of every interface in the process's netns (`ip` run inside it)."""
+    out = subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-o", "link"], capture_output=True, text=True,
+                         check=True, timeout=10).stdout
+    return {line.split(":")[1].strip().split("@")[0]: line.split(" state ")[1].split()[0]
+            for line in out.splitlines()}
+
+
 def assert_least_privilege(pid: int, ns, uid: int, gid: int) -> None:
     status = proc_status(pid)
-    assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(ns.path).st_ino, "not inside the pod's netns"
+    own = os.stat(f"/proc/{pid}/ns/net").st_ino
+    assert own not in (os.stat(ns.path).st_ino, os.stat("/proc/self/ns/net").st_ino), \
+        "the worker must sit in a netns of its own, neither the pod's nor the node's"
+    assert interfaces_of(pid) == {"lo": "DOWN"}, "the worker's own netns must be empty"
     assert status["Uid"].split() == [str(uid)] * 4  # real, effective, saved, filesystem
     assert status["Gid"].split() == [str(gid)] * 4
     assert status["Groups"] == ""
@@ -158,16 +170,24 @@ seen["thread"] = "ok" if ran else "failed"
 pair = socket.socketpair()
 pair[0].sendall(b"x")
 seen["socket"] = "ok" if pair[1].recv(1) == b"x" else "failed"
+for name, family, kind in (("inet tcp", socket.AF_INET, socket.SOCK_STREAM), ("inet udp", socket.AF_INET, socket.SOCK_DGRAM),
+                           ("inet6 tcp", socket.AF_INET6, socket.SOCK_STREAM)):
+    try:
+        socket.socket(family, kind).close()
+        seen[name] = "ok"
+    except OSError as exc:
+        seen[name] = errno.errorcode[exc.errno]
 seen["Seccomp"] = open("/proc/self/status").read().split("Seccomp:")[1].split()[0]
 print(json.dumps(seen))
 """
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the worker's seccomp filter exists for x86_64 only")
-def test_the_worker_syscall_filter_refuses_namespaces_exec_and_friends_but_not_probing():
+def test_the_worker_syscall_filter_refuses_namespaces_exec_inet_sockets_and_friends_but_not_its_channels():
     done = subprocess.run([sys.executable, "-c", SYSCALLS_UNDER_THE_FILTER], capture_output=True, text=True,
                           timeout=60, cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "unshare user": "EPERM", "unshare net": "EPERM", "ptrace": "EPERM", "keyctl": "EPERM", "bpf": "EPERM",
-        "io_uring_setup": "EPERM", "execve": "EPERM", "thread": "ok", "socket": "ok", "Seccomp": "2"}
+        "io_uring_setup": "EPERM", "execve": "EPERM", "thread": "ok", "socket": "ok", "Seccomp": "2",
+        "inet tcp": "EPERM", "inet udp": "EPERM", "inet6 tcp": "EPERM"}

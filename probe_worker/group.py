@@ -1,0 +1,84 @@
+"""The sandboxes one worker serves: per sandbox a prober (its pod IPs, its sockets) and a probe manager.
+
+A pooled worker serves a group of sandboxes of one Kubernetes namespace; a strict one (`worker_isolation =
+sandbox`) a group of one. Either way this is the only place that routes a request to its sandbox; what a probe
+does is the prober's and the manager's, exactly as in a worker of one sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cri_proto import probe_worker_pb2 as worker_pb
+from probe_worker.manager import Emit, ProbeManager
+from probe_worker.prober import Prober
+
+
+class UnknownSandbox(Exception):
+    """A request names a sandbox this worker does not serve; str() is the field error."""
+
+
+@dataclass
+class _Sandbox:
+    prober: Prober
+    manager: ProbeManager
+
+
+class SandboxGroup:
+    def __init__(self, sockets, user_agent_version: str, emit: Emit) -> None:
+        self._sockets = sockets  # probe_worker.socket_source: BrokerSockets, or LocalSockets
+        self._user_agent_version = user_agent_version
+        self._emit = emit
+        self._sandboxes: dict[str, _Sandbox] = {}
+
+    def __len__(self) -> int:
+        return len(self._sandboxes)
+
+    @property
+    def probes(self) -> int:
+        return sum(len(sb.manager) for sb in self._sandboxes.values())
+
+    def add_sandbox(self, sandbox_id: str, pod_ips: Sequence[str]) -> None:
+        """Serves a sandbox from now on; again for one it serves, its pod IPs are updated (new plans from then)."""
+        current = self._sandboxes.get(sandbox_id)
+        if current is not None:
+            if current.prober.pod_ips != list(pod_ips):
+                current.prober.set_pod_ips(pod_ips)
+            return
+        prober = Prober(pod_ips, self._user_agent_version, self._sockets.opener(sandbox_id))
+        self._sandboxes[sandbox_id] = _Sandbox(prober, ProbeManager(prober, self._emit, sandbox_id=sandbox_id))
+
+    async def remove_sandbox(self, sandbox_id: str) -> None:
+        sandbox = self._sandboxes.pop(sandbox_id, None)
+        if sandbox is not None:
+            await sandbox.manager.close()
+        self._sockets.forget(sandbox_id)
+
+    async def add_probe(self, reg: worker_pb.ProbeRegistration) -> None:
+        await self._sandbox(reg.sandbox_id).manager.add(reg)
+
+    def remove_probe(self, sandbox_id: str, probe_id: str) -> None:
+        sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is not None:
+            sandbox.manager.remove(probe_id)
+
+    def prober(self, sandbox_id: str) -> Prober:
+        return self._sandbox(sandbox_id).prober
+
+    def check(self, reg: worker_pb.ProbeRegistration, path: str = "probe") -> list[str]:
+        """The routing rule, as a field error: a probe runs in one of this worker's sandboxes."""
+        if reg.sandbox_id in self._sandboxes:
+            return []
+        return [f"{path}.sandbox_id: Not found: {reg.sandbox_id!r}: not a sandbox this worker serves"]
+
+    async def close(self) -> None:
+        for sandbox_id in list(self._sandboxes):
+            await self.remove_sandbox(sandbox_id)
+
+    def _sandbox(self, sandbox_id: str) -> _Sandbox:
+        sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise UnknownSandbox(f"sandbox_id: Not found: {sandbox_id!r}")
+        return sandbox
+
