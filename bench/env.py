@@ -57,7 +57,8 @@ class BenchDaemon:
 
     def worker_pids(self) -> list[int]:
         sandboxes = self.stub.ListProbeSandboxes(service_pb.ListProbeSandboxesRequest(), timeout=30).sandboxes
-        return [s.worker.pid for s in sandboxes if s.worker.state == service_pb.WORKER_RUNNING and s.worker.pid]
+        # Distinct: a pooled worker serves several sandboxes.
+        return sorted({s.worker.pid for s in sandboxes if s.worker.state == service_pb.WORKER_RUNNING and s.worker.pid})
 
     def metrics(self) -> str:
         """The /metrics text (the daemon reports SERVING only once that endpoint is up)."""

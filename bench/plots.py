@@ -44,13 +44,16 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def scale_cpu(scale: dict, out: Path) -> Path:
+def scale_cpu(scale: dict, out: Path, strict: dict | None = None) -> Path:
     steps = scale["steps"]
     ns = [s["sandboxes"] for s in steps]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for key, label, style in (("shim_total", "daemon + zygote + workers", "o-"), ("workers", "workers", "s--"),
-                              ("daemon", "daemon", "^--"), ("targets", "target servers (not the shim)", "x:")):
+    for key, label, style in (("shim_total", "pooled: daemon + zygote + workers", "o-"), ("workers", "pooled: workers", "s--"),
+                              ("daemon", "pooled: daemon", "^--"), ("targets", "target servers (not the shim)", "x:")):
         ax.plot(ns, [s["cpu_percent"][key] for s in steps], style, label=label)
+    if strict and strict.get("steps"):
+        ax.plot([s["sandboxes"] for s in strict["steps"]], [s["cpu_percent"]["shim_total"] for s in strict["steps"]],
+                "o:", color="grey", label="strict (a worker per sandbox): daemon + zygote + workers")
     ax.axhline(30, color="red", lw=1, ls="--")
     ax.annotate("target at N=250: <= 30%", (ns[0], 30), textcoords="offset points", xytext=(0, 4),
                 color="red", fontsize=8)
@@ -59,22 +62,28 @@ def scale_cpu(scale: dict, out: Path) -> Path:
     return _save(fig, out / "scale_cpu.png")
 
 
-def scale_memory(scale: dict, out: Path) -> Path:
+def scale_memory(scale: dict, out: Path, strict: dict | None = None) -> Path:
     steps = scale["steps"]
     ns = [s["sandboxes"] for s in steps]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
-    for key, label, style in (("total_pss_mib", "total PSS (daemon + zygote + workers)", "o-"),
-                              ("workers_pss_total_mib", "workers' PSS", "s--"),
-                              ("daemon_rss_mib", "daemon RSS", "^:"), ("daemon_pss_mib", "daemon PSS", "v--")):
+    for key, label, style in (("total_pss_mib", "pooled: total PSS (daemon + zygote + workers)", "o-"),
+                              ("workers_pss_total_mib", "pooled: workers' PSS", "s--"),
+                              ("daemon_rss_mib", "pooled: daemon RSS", "^:"), ("daemon_pss_mib", "pooled: daemon PSS", "v--")):
         ax.plot(ns, [s["memory"][key] for s in steps], style, label=label)
+    if strict and strict.get("steps"):
+        ax.plot([s["sandboxes"] for s in strict["steps"]], [s["memory"]["total_pss_mib"] for s in strict["steps"]],
+                "o:", color="grey", label="strict: total PSS")
     _finish_steps_axis(ax, ns, "sandboxes", "MiB", "memory against the number of sandboxes")
-    ax2.plot(ns, [s["memory"]["worker_pss_mean_mib"] for s in steps], "o-", label="PSS per worker (mean)")
-    per_extra = scale["per_extra_sandbox"]["total_pss_mib"]
-    if per_extra is not None:
-        ax2.axhline(per_extra, color="C1", ls="--", label=f"total PSS per extra sandbox: {per_extra:.2f} MiB")
-    ax2.axhline(2.5, color="red", lw=1, ls="--", label="target per extra sandbox: <= 2.5 MiB")
-    ax2.set_ylim(bottom=0)
-    _finish_steps_axis(ax2, ns, "sandboxes", "MiB", "cost of one sandbox")
+    for mode, data, color in (("pooled", scale, "C0"), ("strict", strict or {}, "grey")):
+        per_extra = (data.get("per_extra_sandbox") or {}).get("total_pss_mib")
+        if per_extra is not None:
+            ax2.bar(mode, per_extra, color=color)
+            ax2.annotate(f"{per_extra:.2f}", (mode, per_extra), textcoords="offset points", xytext=(0, 3),
+                         ha="center", fontsize=8)
+    ax2.axhline(1.0, color="red", lw=1, ls="--", label="target per extra sandbox (pooled): <= 1.0 MiB")
+    ax2.set_ylabel("MiB")
+    ax2.set_title("total PSS per extra sandbox (slope)")
+    ax2.legend(fontsize=8)
     return _save(fig, out / "scale_memory.png")
 
 
@@ -128,7 +137,8 @@ def write_all(scenarios: dict, out: Path) -> list[Path]:
     written = []
     scale, latency, exec_ = scenarios.get("scale") or {}, scenarios.get("latency") or {}, scenarios.get("exec") or {}
     if scale.get("steps"):
-        written += [scale_cpu(scale, out), scale_memory(scale, out)]
+        strict = scenarios.get("scale_strict") or {}
+        written += [scale_cpu(scale, out, strict), scale_memory(scale, out, strict)]
     if latency.get("samples"):
         written.append(latency_cdfs(latency, out))
     if exec_.get("paths_ms"):

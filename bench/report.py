@@ -12,6 +12,10 @@ from dataclasses import asdict, dataclass
 
 MET, NOT_MET, SKIPPED, ERROR, INFO = "met", "NOT met", "skipped", "error", "info"
 TARGET_SANDBOXES = 250
+# The strict mode (one worker per sandbox) is to be no worse than the design it keeps was before pooling:
+# the reference run bench/results/2026-11-25-vm-full (250 sandboxes), with a margin for a noisy machine.
+STRICT_BEFORE = {"run": "2026-11-25-vm-full", "cpu_percent": 57.8, "pss_per_extra_sandbox_mib": 4.65}
+STRICT_MARGIN = 1.10
 TARGET_PRESSURE_S = 60
 
 
@@ -79,19 +83,29 @@ def evaluate(scenarios: dict) -> list[Row]:
         p = step["punctuality"]
         note = "; ".join(x for x in (_scale_note(step), p["method"]) if x)
         return f"{p['late']} late, {p['missed']} missed of {p['attempts']}", p["late"] + p["missed"] == 0, note
-    rows.append(_row("250 sandboxes x 3 probes at 1 s: late or missed attempts", "0", scale, late))
+    rows.append(_row("250 sandboxes x 3 probes at 1 s, pooled workers: late or missed attempts", "0", scale, late))
 
-    rows.append(_row("same: CPU of daemon + zygote + workers", "<= 30% of one core", scale,
+    rows.append(_row("same: CPU of daemon + zygote (broker) + workers", "<= 30% of one core", scale,
                      _last_step_at_most("cpu_percent", "shim_total", "{:.1f}%", 30)))
 
-    def pss_per_sandbox(s: dict):
-        value = s["per_extra_sandbox"]["total_pss_mib"]
-        counts = [st["sandboxes"] for st in s["steps"]]
-        return f"{value:.2f} MiB", value <= 2.5, f"slope of total PSS over N = {', '.join(map(str, counts))}"
-    rows.append(_row("same: PSS per extra sandbox", "<= 2.5 MiB", scale, pss_per_sandbox))
+    def pss_per_sandbox(bound: float):
+        def measure(s: dict):
+            value = s["per_extra_sandbox"]["total_pss_mib"]
+            counts = [st["sandboxes"] for st in s["steps"]]
+            return f"{value:.2f} MiB", value <= bound, f"slope of total PSS over N = {', '.join(map(str, counts))}"
+        return measure
+    rows.append(_row("same: PSS per extra sandbox", "<= 1.0 MiB", scale, pss_per_sandbox(1.0)))
 
     rows.append(_row("same: daemon PSS", "<= 80 MiB", scale,
                      _last_step_at_most("memory", "daemon_pss_mib", "{:.1f} MiB", 80)))
+
+    strict = scenarios.get("scale_strict")
+    rows.append(_row("strict mode (a worker per sandbox): late or missed attempts", "0", strict, late))
+    cpu_before, pss_before = STRICT_BEFORE["cpu_percent"], STRICT_BEFORE["pss_per_extra_sandbox_mib"]
+    rows.append(_row("strict mode: CPU of daemon + zygote + workers", f"no worse than before ({cpu_before}%)", strict,
+                     _last_step_at_most("cpu_percent", "shim_total", "{:.1f}%", cpu_before * STRICT_MARGIN)))
+    rows.append(_row("strict mode: PSS per extra sandbox", f"no worse than before ({pss_before} MiB)", strict,
+                     pss_per_sandbox(pss_before * STRICT_MARGIN)))
 
     for kind, target in (("http", "<= 1.5x"), ("tcp", "<= 1.5x"), ("grpc", "(none)")):
         def engine(s: dict, kind=kind, target=target):
@@ -191,25 +205,33 @@ def _fmt(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _scale_table(title: str, scale: dict) -> str:
+    rows = []
+    for s in scale["steps"]:
+        m, c, lat = s["memory"], s["cpu_percent"], s["state_change_latency_ms"]
+        rows.append([s["sandboxes"], s.get("workers", "-"), f"{s['probes_per_s']:.0f}/{s['probes_per_s_expected']:.0f}",
+                     f"{s['punctuality']['late']}/{s['punctuality']['missed']}",
+                     _fmt(c["daemon"]), _fmt(c["zygote"]), _fmt(c["workers"]), _fmt(c["shim_total"]),
+                     _fmt(c["targets"]), _fmt(m["daemon_rss_mib"]), _fmt(m["daemon_pss_mib"]),
+                     _fmt(m["worker_pss_mean_mib"], ".2f"), _fmt(m["total_pss_mib"]),
+                     f"{m['fds']['daemon']}/{m['fds']['workers_total']}",
+                     f"{m['threads']['daemon']}/{m['threads']['workers_total']}",
+                     f"{_fmt(lat.get('median'), '.2f')}/{_fmt(lat.get('p99'), '.2f')} ({lat['count']})"])
+    namespaces = f", sandboxes in {scale['namespaces']} namespaces" if scale.get("namespaces") else ""
+    per_extra = scale.get("per_extra_sandbox", {}).get("total_pss_mib")
+    slope = f"; total PSS per extra sandbox {per_extra:.2f} MiB" if per_extra is not None else ""
+    return f"{title}{namespaces} (CPU in % of one core, memory in MiB{slope})\n" + table(
+        ["N", "workers", "probes/s", "late/missed", "cpu daemon", "zygote", "workers", "shim total", "targets",
+         "daemon RSS", "daemon PSS", "PSS/worker", "total PSS", "fds d/w", "threads d/w",
+         "state change ms med/p99 (n)"], rows)
+
+
 def details(scenarios: dict) -> str:
     parts = []
-    scale = scenarios.get("scale") or {}
-    if "steps" in scale:
-        rows = []
-        for s in scale["steps"]:
-            m, c, lat = s["memory"], s["cpu_percent"], s["state_change_latency_ms"]
-            rows.append([s["sandboxes"], f"{s['probes_per_s']:.0f}/{s['probes_per_s_expected']:.0f}",
-                         f"{s['punctuality']['late']}/{s['punctuality']['missed']}",
-                         _fmt(c["daemon"]), _fmt(c["zygote"]), _fmt(c["workers"]), _fmt(c["shim_total"]),
-                         _fmt(c["targets"]), _fmt(m["daemon_rss_mib"]), _fmt(m["daemon_pss_mib"]),
-                         _fmt(m["worker_pss_mean_mib"], ".2f"), _fmt(m["total_pss_mib"]),
-                         f"{m['fds']['daemon']}/{m['fds']['workers_total']}",
-                         f"{m['threads']['daemon']}/{m['threads']['workers_total']}",
-                         f"{_fmt(lat.get('median'), '.2f')}/{_fmt(lat.get('p99'), '.2f')} ({lat['count']})"])
-        parts.append("scale (CPU in % of one core, memory in MiB)\n" + table(
-            ["N", "probes/s", "late/missed", "cpu daemon", "zygote", "workers", "shim total", "targets",
-             "daemon RSS", "daemon PSS", "PSS/worker", "total PSS", "fds d/w", "threads d/w",
-             "state change ms med/p99 (n)"], rows))
+    for key, title in (("scale", "scale, pooled workers"), ("scale_strict", "scale, strict mode (a worker per sandbox)")):
+        scale = scenarios.get(key) or {}
+        if "steps" in scale:
+            parts.append(_scale_table(title, scale))
     latency = scenarios.get("latency") or {}
     if "http" in latency:
         rows = [[k, _fmt(latency[k]["engine_ms"]["median"], ".3f"), _fmt(latency[k]["engine_ms"]["p99"], ".3f"),

@@ -2,7 +2,11 @@
 
 One daemon (embedded mode, traces to nowhere, /metrics on) and one target process for
 all sandboxes; N grows step by step (10, 50, ... sandboxes: each step adds sandboxes to
-the previous ones), and at each step, after a warm-up, a fixed window measures:
+the previous ones). The sandboxes belong to NAMESPACES Kubernetes-like namespaces, round
+robin ("ns-03.cps-pod-..." read with embedded_namespace_separator "."), so that pooled
+workers are grouped as on a node. The scenario runs once per worker mode (`run(params,
+isolation)`): pooled workers and the strict one-worker-per-sandbox mode, side by side in
+one run. At each step, after a warm-up, a fixed window measures:
 - probes/s achieved: the change of prober_probe_total over the window (/metrics);
 - CPU of the daemon, the zygote and all workers (% of one core; the target process apart);
 - memory (daemon RSS and PSS, PSS per worker, total PSS), fds and threads, after the window;
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from shim.worker_groups import POOLED
 from tests.netns_env import PodNetns
 
 from bench import procstats, promtext, punctuality
@@ -33,6 +38,7 @@ from bench.watching import StateChanges, WatchThread, attempt_end_ns
 
 PERIOD_MS = 1000
 FLAP_EVERY = 10
+NAMESPACES = 10
 FLIP_S = 3.0
 DUE_FIELD = "scheduled_at_unix_ns"
 
@@ -51,13 +57,13 @@ def due_field() -> str | None:
 
 
 class ScaleRun:
-    def __init__(self, params: ScaleParams, stack: contextlib.ExitStack) -> None:
+    def __init__(self, params: ScaleParams, stack: contextlib.ExitStack, isolation: str) -> None:
         self.params = params
         self.targets = TargetProcess()
         stack.callback(self.targets.stop)
         self.sandboxes: list[PodNetns] = []
         stack.callback(self._destroy_sandboxes)
-        self.daemon = BenchDaemon()
+        self.daemon = BenchDaemon(["--worker-isolation", isolation, "--embedded-namespace-separator", "."])
         stack.callback(self.daemon.close)  # first out: the daemon stops before its sandboxes go
         self.changes = StateChanges()
         self.change_latencies: list[tuple[int, float]] = []  # (received wall ns, ms)
@@ -80,7 +86,7 @@ class ScaleRun:
         while len(self.sandboxes) < n:
             i = len(self.sandboxes)
             t0 = time.monotonic()
-            ns = PodNetns.create()
+            ns = PodNetns.create(tenancy=f"ns-{i % NAMESPACES:02d}")
             self.sandboxes.append(ns)
             t1 = time.monotonic()
             self.targets.add(ns.name, FLIP_S if i % FLAP_EVERY == 0 else 0.0)
@@ -189,13 +195,14 @@ def per_extra_sandbox(steps: list[dict]) -> dict:
             "zygote_and_workers_pss_mib": round(workers, 3) if workers is not None else None}
 
 
-def run(params: ScaleParams) -> dict:
+def run(params: ScaleParams, isolation: str = POOLED) -> dict:
     with contextlib.ExitStack() as stack:
-        scale = ScaleRun(params, stack)
+        scale = ScaleRun(params, stack, isolation)
         steps = [scale.step(n) for n in params.sandbox_counts]
         if scale.watch.error:
             raise RuntimeError(f"the state watch ended: {scale.watch.error}")
-    return {"period_ms": PERIOD_MS, "flapping": f"1 sandbox in {FLAP_EVERY}, /healthz flips every {FLIP_S:g} s",
+    return {"isolation": isolation, "namespaces": NAMESPACES,
+            "period_ms": PERIOD_MS, "flapping": f"1 sandbox in {FLAP_EVERY}, /healthz flips every {FLIP_S:g} s",
             "steps": steps, "per_extra_sandbox": per_extra_sandbox(steps),
             "state_changes_total": len(scale.change_latencies),
             "state_change_latency_all_ms": summarize([ms for _, ms in scale.change_latencies])

@@ -4,8 +4,9 @@
     python bench/suite.py --mode quick|full [--out DIR]      # root (network namespaces)
 
 Scenarios, in this order (bench/<module>.py each):
-  1. scale      N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s: probes/s, late/missed,
-                CPU, memory, fds, threads, state-change latency
+  1. scale      N sandboxes (in 10 namespaces) x 3 probes (HTTP, TCP, gRPC) at 1 s:
+                probes/s, late/missed, CPU, memory, fds, threads, state-change latency;
+                once with pooled workers (the default), once in the strict mode
   2. latency    one attempt per kind: engine vs raw-socket floor in the same netns
   3. exec       ExecProbe and the kubelet bridge (marker ExecSync through the shim) vs
                 CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
@@ -46,6 +47,7 @@ import psutil  # noqa: E402
 from bench import exec_compare, latency, machine, plots, pressure, proxy_overhead, report, scale, spawn  # noqa: E402
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.proxy_latency import ContainerdRig  # noqa: E402
+from shim.worker_groups import POOLED, STRICT  # noqa: E402
 from tests.containerd_env import sweep_stale_sessions, unavailable_reason  # noqa: E402
 from tests.netns_env import netns_unavailable_reason, remove_stale_namespaces  # noqa: E402
 
@@ -97,7 +99,9 @@ def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
 
 
 def run_all(mode: Mode, scenarios: dict) -> None:
-    scenarios["scale"] = scenario("scale", lambda: scale.run(mode.scale))
+    # Both worker modes, one after the other in the same run: "scale" is the default (pooled) one.
+    scenarios["scale"] = scenario("scale", lambda: scale.run(mode.scale, POOLED))
+    scenarios["scale_strict"] = scenario("scale (strict)", lambda: scale.run(mode.scale, STRICT))
     scenarios["latency"] = scenario("latency", lambda: latency.run(
         mode.latency_count, mode.latency_block, mode.latency_warmup))
     scenarios["spawn"] = scenario("spawn", lambda: spawn.run(mode.spawn_sandboxes))

@@ -26,7 +26,7 @@ from cri_proto import probe_service_pb2 as cri__proto_dot_probe__service__pb2
 from cri_proto import probe_spec_pb2 as cri__proto_dot_probe__spec__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63ri_proto/probectl.proto\x12\x1fruntime.probe.v1alpha1.probectl\x1a\x1d\x63ri_proto/probe_service.proto\x1a\x1a\x63ri_proto/probe_spec.proto\"w\n\x0c\x41ppliedProbe\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x02 \x01(\t\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.runtime.probe.v1alpha1.ProbeType\x12\x10\n\x08probe_id\x18\x04 \x01(\t\"^\n\x0b\x41pplyResult\x12>\n\x07\x61pplied\x18\x01 \x03(\x0b\x32-.runtime.probe.v1alpha1.probectl.AppliedProbe\x12\x0f\n\x07skipped\x18\x02 \x03(\t\"\x9c\x02\n\x0bWorkerUsage\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x12\n\nnetns_path\x18\x03 \x01(\t\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.runtime.probe.v1alpha1.WorkerState\x12\x1b\n\x0euptime_seconds\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\tpss_bytes\x18\x06 \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0b\x63pu_percent\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x0e\n\x06probes\x18\x08 \x01(\x05\x12\x10\n\x08restarts\x18\t \x01(\x05\x42\x11\n\x0f_uptime_secondsB\x0c\n\n_pss_bytesB\x0e\n\x0c_cpu_percent\"N\n\rWorkersResult\x12=\n\x07workers\x18\x01 \x03(\x0b\x32,.runtime.probe.v1alpha1.probectl.WorkerUsageb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63ri_proto/probectl.proto\x12\x1fruntime.probe.v1alpha1.probectl\x1a\x1d\x63ri_proto/probe_service.proto\x1a\x1a\x63ri_proto/probe_spec.proto\"w\n\x0c\x41ppliedProbe\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x02 \x01(\t\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.runtime.probe.v1alpha1.ProbeType\x12\x10\n\x08probe_id\x18\x04 \x01(\t\"^\n\x0b\x41pplyResult\x12>\n\x07\x61pplied\x18\x01 \x03(\x0b\x32-.runtime.probe.v1alpha1.probectl.AppliedProbe\x12\x0f\n\x07skipped\x18\x02 \x03(\t\"\xa4\x02\n\x0bWorkerUsage\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x32\n\x05state\x18\x04 \x01(\x0e\x32#.runtime.probe.v1alpha1.WorkerState\x12\x1b\n\x0euptime_seconds\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\tpss_bytes\x18\x06 \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0b\x63pu_percent\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x0e\n\x06probes\x18\x08 \x01(\x05\x12\x10\n\x08restarts\x18\t \x01(\x05\x12\r\n\x05group\x18\n \x01(\t\x12\x17\n\x0fpod_sandbox_ids\x18\x0b \x03(\tB\x11\n\x0f_uptime_secondsB\x0c\n\n_pss_bytesB\x0e\n\x0c_cpu_percentJ\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04\"N\n\rWorkersResult\x12=\n\x07workers\x18\x01 \x03(\x0b\x32,.runtime.probe.v1alpha1.probectl.WorkerUsageb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,7 +38,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPLYRESULT']._serialized_start=241
   _globals['_APPLYRESULT']._serialized_end=335
   _globals['_WORKERUSAGE']._serialized_start=338
-  _globals['_WORKERUSAGE']._serialized_end=622
-  _globals['_WORKERSRESULT']._serialized_start=624
-  _globals['_WORKERSRESULT']._serialized_end=702
+  _globals['_WORKERUSAGE']._serialized_end=630
+  _globals['_WORKERSRESULT']._serialized_start=632
+  _globals['_WORKERSRESULT']._serialized_end=710
 # @@protoc_insertion_point(module_scope)

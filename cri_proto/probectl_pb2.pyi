@@ -29,26 +29,26 @@ class ApplyResult(_message.Message):
     def __init__(self, applied: _Optional[_Iterable[_Union[AppliedProbe, _Mapping]]] = ..., skipped: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkerUsage(_message.Message):
-    __slots__ = ("pid", "pod_sandbox_id", "netns_path", "state", "uptime_seconds", "pss_bytes", "cpu_percent", "probes", "restarts")
+    __slots__ = ("pid", "state", "uptime_seconds", "pss_bytes", "cpu_percent", "probes", "restarts", "group", "pod_sandbox_ids")
     PID_FIELD_NUMBER: _ClassVar[int]
-    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
-    NETNS_PATH_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    POD_SANDBOX_IDS_FIELD_NUMBER: _ClassVar[int]
     pid: int
-    pod_sandbox_id: str
-    netns_path: str
     state: _probe_service_pb2.WorkerState
     uptime_seconds: float
     pss_bytes: int
     cpu_percent: float
     probes: int
     restarts: int
-    def __init__(self, pid: _Optional[int] = ..., pod_sandbox_id: _Optional[str] = ..., netns_path: _Optional[str] = ..., state: _Optional[_Union[_probe_service_pb2.WorkerState, str]] = ..., uptime_seconds: _Optional[float] = ..., pss_bytes: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., probes: _Optional[int] = ..., restarts: _Optional[int] = ...) -> None: ...
+    group: str
+    pod_sandbox_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pid: _Optional[int] = ..., state: _Optional[_Union[_probe_service_pb2.WorkerState, str]] = ..., uptime_seconds: _Optional[float] = ..., pss_bytes: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., probes: _Optional[int] = ..., restarts: _Optional[int] = ..., group: _Optional[str] = ..., pod_sandbox_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkersResult(_message.Message):
     __slots__ = ("workers",)

@@ -382,14 +382,16 @@ def test_pods_and_workers_show_the_worker(daemon, probectl, pod_netns, servers):
     mine = next(line.split() for line in pods[1:] if line.split()[0] == pod_netns.name)
     assert mine[3:7] == ["Ready", pod_netns.path, str(worker_pid), "3"]
 
-    result = probectl("workers", "--interval", "100ms")
+    result = probectl("workers", "--interval", "100ms", "--no-trunc")
     assert result.rc == 0
     lines = assert_aligned(result.out, render.WORKERS_HEADERS)
     (row,) = [line.split() for line in lines[1:] if line.split()[0] == str(worker_pid)]
-    assert row[1:3] == [pod_netns.name[:13], pod_netns.path]
-    assert row[4].endswith("MiB") and float(row[5]) >= 0 and row[6:] == ["3", "0"]
+    assert row[1:4] == ["default#1", "1", pod_netns.name]  # the embedded mode's one tenancy
+    assert row[5].endswith("MiB") and float(row[6]) >= 0 and row[7:] == ["3", "0"]
     data = json.loads(probectl("workers", "--interval", "100ms", "-o", "json").out)
-    assert [w["pid"] for w in data["workers"]] == [worker_pid] and int(data["workers"][0]["pssBytes"]) > 0
+    assert [(w["pid"], w["group"], w["podSandboxIds"]) for w in data["workers"]] == [
+        (worker_pid, "default#1", [pod_netns.name])]
+    assert int(data["workers"][0]["pssBytes"]) > 0
 
 
 # --- watch -------------------------------------------------------------------------------

@@ -278,21 +278,22 @@ def test_merge_sandboxes_joins_the_runtimes_pods_with_the_shims():
     assert lines[2].split() == ["bbbb", "db", "shop", "NotReady", "-", "-", "0", "20s"]
 
 
-def test_workers_table():
-    usage = [probectl_pb.WorkerUsage(pid=4321, pod_sandbox_id="cps-pod-4242-0",
-                                     netns_path="/var/run/netns/cps-pod-4242-0", state=service_pb.WORKER_RUNNING,
-                                     uptime_seconds=200, pss_bytes=3 * 1024 * 1024, cpu_percent=0.25, probes=3,
-                                     restarts=1),
-             probectl_pb.WorkerUsage(pid=0, pod_sandbox_id="x", netns_path="", state=service_pb.WORKER_BACKOFF,
+def test_workers_table_has_a_row_per_worker_with_the_sandboxes_it_serves():
+    usage = [probectl_pb.WorkerUsage(pid=4321, group="shop#1", pod_sandbox_ids=["aaaaaaaaaaaaaaaa", "bbbb", "cccc"],
+                                     state=service_pb.WORKER_RUNNING, uptime_seconds=200, pss_bytes=3 * 1024 * 1024,
+                                     cpu_percent=0.25, probes=9, restarts=1),
+             probectl_pb.WorkerUsage(pid=0, group="x", pod_sandbox_ids=["x"], state=service_pb.WORKER_BACKOFF,
                                      probes=1, restarts=4)]
     lines = render.workers_table(usage).splitlines()
-    assert lines[0].split() == ["PID", "POD", "NETNS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS"]
-    assert lines[1].split() == ["4321", "cps-pod-4242-", "/var/run/netns/cps-pod-4242-0", "3m20s", "3.0MiB", "0.2",
-                                "3", "1"]
-    assert lines[2].split() == ["-", "x", "-", "-", "-", "-", "1", "4"]
+    assert lines[0].split() == ["PID", "GROUP", "SANDBOXES", "PODS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS"]
+    assert lines[1].split() == ["4321", "shop#1", "3", "aaaaaaaaaaaaa,bbbb,+1", "3m20s", "3.0MiB", "0.2", "9", "1"]
+    assert lines[2].split() == ["-", "x", "1", "x", "-", "-", "-", "1", "4"]
+    wide = render.workers_table(usage, no_trunc=True).splitlines()
+    assert wide[1].split()[3] == "aaaaaaaaaaaaaaaa,bbbb,cccc"
     # -o json is the message's protojson: an unmeasured number is absent, not null.
     data = render.message_dict(probectl_pb.WorkersResult(workers=usage))
     assert data["workers"][0]["pssBytes"] == str(3 * 1024 * 1024) and data["workers"][0]["state"] == "WORKER_RUNNING"
+    assert data["workers"][0]["podSandboxIds"] == ["aaaaaaaaaaaaaaaa", "bbbb", "cccc"]
     assert "pssBytes" not in data["workers"][1] and "uptimeSeconds" not in data["workers"][1]
 
 
@@ -335,3 +336,17 @@ def test_json_fields_come_in_field_number_order_like_gos_protojson():
     assert list(data["spec"])[:2] == ["initialDelayMs", "periodMs"]
     assert list(data["lastAttempt"]["phases"][0]["children"][0]) == \
         ["name", "startOffsetNs", "durationNs", "detail", "error", "children"]
+
+
+def test_workers_are_one_row_per_group_whatever_the_order_of_the_sandboxes():
+    from shim.client.cli import _measure_workers
+
+    def sandbox(sid: str, group: str, probes: int, restarts: int = 0) -> service_pb.ProbeSandbox:
+        # pid 0: a worker in backoff, nothing for psutil to read (and no measuring interval)
+        return service_pb.ProbeSandbox(id=sid, probes=probes, worker=service_pb.WorkerStatus(
+            state=service_pb.WORKER_BACKOFF, group=group, restarts=restarts))
+
+    usage = _measure_workers([sandbox("a1", "team-a#1", 3, 2), sandbox("b1", "team-b#1", 1),
+                              sandbox("a2", "team-a#1", 2, 2), sandbox("old", "", 1)], interval_s=60)
+    assert [(u.group, list(u.pod_sandbox_ids), u.probes, u.restarts) for u in usage] == [
+        ("team-a#1", ["a1", "a2"], 5, 2), ("team-b#1", ["b1"], 1, 0), ("", ["old"], 1, 0)]

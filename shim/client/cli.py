@@ -472,24 +472,28 @@ def cmd_rm(args) -> int:
 
 
 def _measure_workers(sandboxes: list[service_pb.ProbeSandbox], interval_s: float) -> list[probectl_pb.WorkerUsage]:
-    """psutil's view of each worker. CPU% over one shared interval: every process is sampled, the interval
-    passes once, every process is sampled again (psutil's cpu_percent(None) protocol), so N workers take
-    one interval, not N."""
+    """One row per worker (a group of sandboxes), with psutil's view of its process. CPU% over one shared
+    interval: every process is sampled, the interval passes once, every process is sampled again (psutil's
+    cpu_percent(None) protocol), so N workers take one interval, not N."""
+    groups: dict[str, list[service_pb.ProbeSandbox]] = {}
+    for sandbox in sandboxes:  # a sandbox of no group yet (an older daemon, say) is a group of its own
+        groups.setdefault(sandbox.worker.group or f"sandbox {sandbox.id}", []).append(sandbox)
     processes: dict[int, psutil.Process] = {}
-    for sandbox in sandboxes:
+    for members in groups.values():
+        pid = members[0].worker.pid
         try:
-            if sandbox.worker.pid:
-                process = psutil.Process(sandbox.worker.pid)
+            if pid:
+                process = psutil.Process(pid)
                 process.cpu_percent(None)
-                processes[sandbox.worker.pid] = process
+                processes[pid] = process
         except psutil.Error:
             pass  # gone since the listing: shown without numbers
     if processes:
         time.sleep(interval_s)  # the measurement window, not a synchronization
     now = time.time()
     usage = []
-    for sandbox in sandboxes:
-        worker = sandbox.worker
+    for members in groups.values():
+        worker = members[0].worker  # the group's worker: the same for every member
         process = processes.get(worker.pid)
         cpu = pss = uptime = None
         if process is not None:
@@ -502,9 +506,9 @@ def _measure_workers(sandboxes: list[service_pb.ProbeSandbox], interval_s: float
         if worker.started_at:
             uptime = now - worker.started_at / 1e9
         usage.append(probectl_pb.WorkerUsage(
-            pid=worker.pid, pod_sandbox_id=sandbox.id, netns_path=worker.netns_path or sandbox.netns_path,
-            state=worker.state, uptime_seconds=uptime, pss_bytes=pss, cpu_percent=cpu, probes=sandbox.probes,
-            restarts=worker.restarts))
+            pid=worker.pid, group=worker.group, pod_sandbox_ids=[s.id for s in members], state=worker.state,
+            uptime_seconds=uptime, pss_bytes=pss, cpu_percent=cpu, probes=sum(s.probes for s in members),
+            restarts=max(s.worker.restarts for s in members)))
     return usage
 
 

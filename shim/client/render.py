@@ -300,11 +300,20 @@ def pods_table(sandboxes: Iterable[service_pb.ProbeSandbox], now_ns: int, no_tru
     return table(PODS_HEADERS, rows)
 
 
-WORKERS_HEADERS = ("PID", "POD", "NETNS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS")
+WORKERS_HEADERS = ("PID", "GROUP", "SANDBOXES", "PODS", "UPTIME", "PSS", "CPU%", "PROBES", "RESTARTS")
+PODS_SHOWN = 2  # a group's first pod ids in the table, then "+N" (all of them with --no-trunc)
+
+
+def served_pods(ids: list[str], no_trunc: bool = False) -> str:
+    if not ids:
+        return NONE
+    shown = ids if no_trunc else ids[:PODS_SHOWN]
+    text = ",".join(truncate_id(i, no_trunc) for i in shown)
+    return text if len(shown) == len(ids) else f"{text},+{len(ids) - len(shown)}"
 
 
 def workers_table(workers: Iterable[probectl_pb.WorkerUsage], no_trunc: bool = False) -> str:
-    rows = ([w.pid or NONE, truncate_id(w.pod_sandbox_id, no_trunc), w.netns_path or NONE,
+    rows = ([w.pid or NONE, w.group or NONE, len(w.pod_sandbox_ids), served_pods(list(w.pod_sandbox_ids), no_trunc),
              human_duration(w.uptime_seconds) if w.HasField("uptime_seconds") else NONE,
              human_bytes(w.pss_bytes) if w.HasField("pss_bytes") else NONE,
              f"{w.cpu_percent:.1f}" if w.HasField("cpu_percent") else NONE, w.probes, w.restarts] for w in workers)
