@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import socket
@@ -170,7 +171,11 @@ def _worker_inside(netns_path: str, ports: dict[str, int], period_ms: int, secon
     from tests.worker_harness import WorkerHarness
 
     specs = _specs(ports)
-    worker = WorkerHarness(worker_pb.WorkerConfig(netns_path=netns_path, pod_ips=[POD_IPV4, "fd00:5a::2"]))
+    pod_ips = [POD_IPV4, "fd00:5a::2"]
+    if "netns_path" in inspect.signature(WorkerHarness).parameters:
+        worker = WorkerHarness(worker_pb.WorkerConfig(), netns_path, pod_ips=pod_ips)
+    else:  # a tree from before pooled workers: the worker entered the netns itself
+        worker = WorkerHarness(worker_pb.WorkerConfig(netns_path=netns_path, pod_ips=pod_ips))
     try:
         for kind in kinds:
             spec = spec_pb.ProbeSpec()

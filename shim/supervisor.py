@@ -40,7 +40,15 @@ from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
 from probe_api.worker_protocol import validate_registration, validate_run_once
 from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerConnection, WorkerUnavailable
 from shim.worker_process import EXIT_GRACE_S, WorkerProcess, set_child_subreaper
-from shim.worker_groups import DEFAULT_SANDBOXES_PER_WORKER, POOLED, STRICT, GroupView, choose_group, new_group_name
+from shim.worker_groups import (
+    DEFAULT_SANDBOXES_PER_WORKER,
+    POOLED,
+    STRICT,
+    GroupView,
+    choose_group,
+    new_group_name,
+    worker_open_files,
+)
 from shim.zygote import Zygote, ZygoteError
 
 log = logging.getLogger("probe_shim.supervisor")
@@ -165,7 +173,7 @@ class WorkerSupervisor:
         self._request_timeout_s = request_timeout_s
         self._config = worker_pb.WorkerConfig(
             user_agent_version=user_agent_version, run_as_uid=run_as_uid, run_as_gid=run_as_gid,
-            max_memory_bytes=max_memory_bytes, max_open_files=max_open_files,
+            max_memory_bytes=max_memory_bytes, max_open_files=max_open_files or worker_open_files(self._capacity),
             heartbeat_interval_ms=heartbeat_interval_ms,
         )
         self._members: dict[str, _Member] = {}

@@ -18,6 +18,10 @@ ISOLATION_MODES = (POOLED, STRICT)
 DEFAULT_SANDBOXES_PER_WORKER = 16
 MAX_SANDBOXES_PER_WORKER = 256
 DEFAULT_TENANCY_NAME = "default"  # how a group of the embedded mode's one tenancy is named
+# Descriptors a worker may need per sandbox: its ready sockets (probe_worker/socket_source.py keeps up to a batch
+# and a low-water mark per address family) and its probes' connections in flight, with room to spare.
+OPEN_FILES_PER_SANDBOX = 64
+MIN_OPEN_FILES = 1024
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,8 @@ def embedded_tenancy(netns_name: str, separator: str) -> str:
     if not separator or separator not in netns_name:
         return ""
     return netns_name.split(separator, 1)[0]
+
+
+def worker_open_files(capacity: int) -> int:
+    """RLIMIT_NOFILE for a worker serving up to `capacity` sandboxes: the workers' usual 1024, more for big groups."""
+    return max(MIN_OPEN_FILES, OPEN_FILES_PER_SANDBOX * capacity)

@@ -7,6 +7,7 @@ or called directly). Which netns a socket lives in is read from the kernel (ioct
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import socket
@@ -16,9 +17,10 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_worker.socket_source import BATCH, BrokerSockets, BrokerUnavailable
 from shim.netns_broker import BrokerError, NetnsBroker
 from tests.netns_env import PodNetns, listen
-from tests.worker_harness import Rejected
+from tests.worker_harness import Rejected, ThreadBroker
 
 pytestmark = pytest.mark.netns
 
@@ -218,3 +220,40 @@ def test_an_assignment_names_what_is_wrong_and_keeps_nothing(tmp_path, broker):
     with pytest.raises(BrokerError, match="no worker 2 here"):
         broker.broker.assign(2, "a", str(regular))
     assert broker.broker.assigned(1) == []
+
+
+# --- the worker's side of the broker channel ------------------------------------------------------------------
+
+def test_concurrent_takes_beyond_a_batch_are_all_served_in_the_sandboxs_netns(pod_netns):
+    # More takes at once than a batch holds: the pool is refilled again and again, each waiter gets its own socket
+    # (a finished refill once made take() spin without yielding to the loop: this would hang).
+    broker = ThreadBroker()
+    broker.attach(1)
+    broker.assign("a", pod_netns.path, find_pod_ips=False)
+    lost: list[str] = []
+
+    async def main() -> None:
+        sockets = BrokerSockets(broker.theirs, lost.append)
+        try:
+            taken = await asyncio.wait_for(
+                asyncio.gather(*(sockets.take("a", socket.AF_INET) for _ in range(3 * BATCH + 1))), 10)
+            assert len({s.fileno() for s in taken}) == 3 * BATCH + 1
+            assert {netns_inode_of(s) for s in taken} == {os.stat(pod_netns.path).st_ino}
+            for sock in taken:
+                sock.close()
+            with pytest.raises(BrokerUnavailable, match="^sandbox 'b' is not assigned to this worker$"):
+                await sockets.take("b", socket.AF_INET)
+            assert sockets.lost == "" and lost == []  # a refusal is not a lost broker
+            broker.detach()  # the broker goes away: the next refill finds the channel closed
+            with pytest.raises(BrokerUnavailable, match="the netns broker is gone"):
+                while True:
+                    (await sockets.take("a", socket.AF_INET)).close()
+            # EOF, or a reset when a request of ours was left unread in the closed end
+            assert lost in (["the broker closed its end"], ["broker channel: Connection reset by peer"])
+        finally:
+            sockets.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.close()

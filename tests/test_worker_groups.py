@@ -13,6 +13,7 @@ from shim.worker_groups import (
     choose_group,
     embedded_tenancy,
     new_group_name,
+    worker_open_files,
 )
 
 
@@ -72,3 +73,8 @@ def test_strict_mode_gives_every_sandbox_a_group_of_its_own():
 ])
 def test_the_embedded_mode_reads_a_namespace_from_the_netns_name_only_when_told(name, separator, tenancy):
     assert embedded_tenancy(name, separator) == tenancy
+
+
+def test_a_big_group_gets_room_for_its_sockets_and_a_small_one_the_usual_limit():
+    assert worker_open_files(1) == worker_open_files(16) == 1024
+    assert worker_open_files(256) == 256 * 64

@@ -51,6 +51,11 @@ class ThreadBroker:
         with self._lock:
             self.broker.unassign(self._worker_id, sandbox_id)
 
+    def detach(self) -> None:
+        """The broker lets the worker go (as when the zygote dies): the worker sees its channel closed."""
+        with self._lock:
+            self.broker.detach(self._worker_id)
+
     def _serve(self) -> None:
         poller = select.poll()
         poller.register(self.ours, select.POLLIN)
