@@ -257,3 +257,17 @@ def test_concurrent_takes_beyond_a_batch_are_all_served_in_the_sandboxs_netns(po
         asyncio.run(main())
     finally:
         broker.close()
+
+
+def test_a_host_name_is_read_from_the_nodes_hosts_file_and_dns_is_out_of_reach(pod_netns, worker):
+    # The (gated) host field: a worker has no network of its own, so only /etc/hosts can answer a lookup.
+    server = listen(pod_netns, host="127.0.0.1")
+    spec = tcp_spec(server.port)
+    spec.tcp_socket.host = "localhost"
+    spec.ip_family = spec_pb.IPV4
+    attempt = worker.run_once(spec)
+    assert (attempt.result, attempt.address) == (spec_pb.RESULT_SUCCESS, f"127.0.0.1:{server.port}")
+    spec.tcp_socket.host = "probe-target.invalid"
+    attempt = worker.run_once(spec)
+    assert attempt.result == spec_pb.RESULT_FAILURE
+    assert attempt.output.startswith("dial tcp: lookup probe-target.invalid: ")

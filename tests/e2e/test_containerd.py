@@ -542,4 +542,5 @@ def test_probectl_pods_ps_exec_and_workers_on_a_real_pod(containerd, shim, kubel
     workers = probectl(shim, "workers")
     assert workers.returncode == 0, workers.stderr
     (row,) = [line for line in workers.stdout.splitlines() if line.startswith(str(worker.pid))]
-    assert pod.netns_path in row and pod.id[:13] in row
+    # One row per worker: its group is named after the pod's Kubernetes namespace (CRI metadata).
+    assert row.split()[1:4] == [f"{pod.config.metadata.namespace}#1", "1", pod.id[:13]]
