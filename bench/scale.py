@@ -57,13 +57,15 @@ def due_field() -> str | None:
 
 
 class ScaleRun:
-    def __init__(self, params: ScaleParams, stack: contextlib.ExitStack, isolation: str) -> None:
+    def __init__(self, params: ScaleParams, stack: contextlib.ExitStack, isolation: str,
+                 extra_flags: tuple[str, ...] = ()) -> None:
         self.params = params
         self.targets = TargetProcess()
         stack.callback(self.targets.stop)
         self.sandboxes: list[PodNetns] = []
         stack.callback(self._destroy_sandboxes)
-        self.daemon = BenchDaemon(["--worker-isolation", isolation, "--embedded-namespace-separator", "."])
+        self.daemon = BenchDaemon(["--worker-isolation", isolation, "--embedded-namespace-separator", ".",
+                                   *extra_flags])
         stack.callback(self.daemon.close)  # first out: the daemon stops before its sandboxes go
         self.changes = StateChanges()
         self.change_latencies: list[tuple[int, float]] = []  # (received wall ns, ms)
@@ -195,9 +197,10 @@ def per_extra_sandbox(steps: list[dict]) -> dict:
             "zygote_and_workers_pss_mib": round(workers, 3) if workers is not None else None}
 
 
-def run(params: ScaleParams, isolation: str = POOLED) -> dict:
+def run(params: ScaleParams, isolation: str = POOLED, extra_flags: tuple[str, ...] = ()) -> dict:
+    """extra_flags: more `probe-shim serve` flags (e.g. --sandboxes-per-worker, to compare group sizes)."""
     with contextlib.ExitStack() as stack:
-        scale = ScaleRun(params, stack, isolation)
+        scale = ScaleRun(params, stack, isolation, extra_flags)
         steps = [scale.step(n) for n in params.sandbox_counts]
         if scale.watch.error:
             raise RuntimeError(f"the state watch ended: {scale.watch.error}")
