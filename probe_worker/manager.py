@@ -39,11 +39,12 @@ class ProbeManager:
     """The probes of one sandbox; its events carry the sandbox's id (a worker serves several)."""
 
     def __init__(self, prober: Prober, emit: Emit, rand: Callable[[], float] = random.random,
-                 sandbox_id: str = "") -> None:
+                 sandbox_id: str = "", grid: PhaseGrid | None = None) -> None:
+        """grid: the worker's tick grids, shared by all its sandboxes (see scheduling); a new one if not given."""
         self._prober = prober
         self.sandbox_id = sandbox_id
         self._emit = emit
-        self._grid = PhaseGrid(rand)  # the sandbox's probes of one period share wake-ups: see scheduling
+        self._grid = grid if grid is not None else PhaseGrid(rand)
         self._probes: dict[str, _Probe] = {}
 
     def __len__(self) -> int:

@@ -271,3 +271,21 @@ def test_a_host_name_is_read_from_the_nodes_hosts_file_and_dns_is_out_of_reach(p
     attempt = worker.run_once(spec)
     assert attempt.result == spec_pb.RESULT_FAILURE
     assert attempt.output.startswith("dial tcp: lookup probe-target.invalid: ")
+
+
+def test_a_workers_sandboxes_tick_together_each_probe_once_a_period(pod_netns, second_netns, worker):
+    # One wake-up for all of a worker's probes of a period (probe_worker/scheduling.py): their ticks share a grid.
+    worker.add_sandbox("second", second_netns.path, second_netns.pod_ips)
+    period_ms = 200
+    for probe_id, sandbox_id in (("first", worker.sandbox_id), ("second", "second")):
+        worker.add(worker_pb.ProbeRegistration(probe_id=probe_id, sandbox_id=sandbox_id, type=spec_pb.READINESS,
+                                               spec=tcp_spec(1, period_ms=period_ms),
+                                               container=worker_pb.ContainerRef(id="c", name="app")))
+    due: dict[str, list[int]] = {"first": [], "second": []}
+    while min(len(v) for v in due.values()) < 3:
+        report = worker.next_event(kinds=("attempt",)).attempt
+        due[report.probe_id].append(report.attempt.scheduled_at_unix_ns)
+    for ticks in due.values():  # each probe once a period, on its grid
+        assert [round((b - a) / 1e6) for a, b in zip(ticks, ticks[1:])] == [period_ms, period_ms]
+    offset_ms = (due["second"][0] - due["first"][0]) / 1e6
+    assert abs(offset_ms - period_ms * round(offset_ms / period_ms)) < 1  # the same grid: whole periods apart
