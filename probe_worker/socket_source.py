@@ -24,19 +24,34 @@ from collections.abc import Awaitable, Callable
 
 from cri_proto import probe_worker_pb2 as worker_pb
 
-# A sandbox's probes take one socket per try (more for redirects and Happy Eyeballs races): a pool of this many,
-# refilled by a batch when it falls below LOW_WATER, serves a period's attempts of a few probes with no wait.
-# Each refill wakes the broker (a setns there and back) and the worker: batches of 8 halved the broker's CPU of
-# batches of 4 at 750 probes/s, while an idle sandbox holds at most 9 unconnected sockets per family.
-BATCH = 8
-LOW_WATER = 2
+# A sandbox's probes take one socket per try (more for redirects and Happy Eyeballs races): a pool refilled by a
+# batch when it falls below LOW_WATER serves a period's attempts of a few probes with no wait. Each refill wakes
+# the broker (a setns there and back) and the worker, so the batch follows the sandbox's use: it doubles while the
+# pool lasts less than FAST_S and halves once it lasted SLOW_S, between MIN_BATCH and MAX_BATCH. A busy sandbox
+# then costs the broker a refill every few seconds, and an idle one holds few unconnected sockets.
+BATCH = 8  # a sandbox's first batch
+MIN_BATCH = 4
 MAX_BATCH = 16  # the broker's own bound on one request
+LOW_WATER = 2
+FAST_S = 4.0
+SLOW_S = 30.0
 MAX_PACKET = 4096
 REQUEST_TIMEOUT_S = 5.0  # the broker answers from memory and one setns: a bound, not a wait
 
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 OpenSocket = Callable[[int], Awaitable[socket.socket]]
+
+
+def next_batch(previous: int | None, since_previous_s: float) -> int:
+    """How many sockets to ask for, given the last batch of this pool and how long ago it was asked for."""
+    if previous is None:
+        return BATCH
+    if since_previous_s < FAST_S:
+        return min(MAX_BATCH, previous * 2)
+    if since_previous_s >= SLOW_S:
+        return max(MIN_BATCH, previous // 2)
+    return previous
 
 
 class BrokerUnavailable(OSError):
@@ -83,6 +98,7 @@ class BrokerSockets:
         self._replies: dict[int, asyncio.Future[list[socket.socket]]] = {}
         self._pools: dict[tuple[str, int], collections.deque[socket.socket]] = {}
         self._refills: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._batches: dict[tuple[str, int], tuple[int, float]] = {}  # the last batch asked for, and when
         self._on_lost = on_lost
         self.lost: str = ""  # why the channel is gone; "" while it works
         self._loop.add_reader(sock.fileno(), self._on_readable)
@@ -108,6 +124,7 @@ class BrokerSockets:
     def forget(self, sandbox_id: str) -> None:
         """The sandbox left this worker: its ready sockets are closed."""
         for key in [k for k in self._pools if k[0] == sandbox_id]:
+            self._batches.pop(key, None)
             for sock in self._pools.pop(key):
                 sock.close()
 
@@ -145,7 +162,11 @@ class BrokerSockets:
             raise BrokerUnavailable(f"the netns broker is gone: {self.lost}")
         seq = next(self._seq)
         reply = self._replies[seq] = self._loop.create_future()
-        request = worker_pb.SocketRequest(seq=seq, sandbox_id=key[0], family=key[1], count=BATCH)
+        now = self._loop.time()
+        previous, asked_at = self._batches.get(key, (None, now))
+        count = next_batch(previous, now - asked_at)
+        self._batches[key] = (count, now)
+        request = worker_pb.SocketRequest(seq=seq, sandbox_id=key[0], family=key[1], count=count)
         # A timer on the future rather than wait_for(): no task per refill.
         timer = self._loop.call_later(REQUEST_TIMEOUT_S, _expire, reply)
         try:

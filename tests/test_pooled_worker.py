@@ -289,3 +289,4 @@ def test_a_workers_sandboxes_tick_together_each_probe_once_a_period(pod_netns, s
         assert [round((b - a) / 1e6) for a, b in zip(ticks, ticks[1:])] == [period_ms, period_ms]
     offset_ms = (due["second"][0] - due["first"][0]) / 1e6
     assert abs(offset_ms - period_ms * round(offset_ms / period_ms)) < 1  # the same grid: whole periods apart
+
