@@ -12,7 +12,7 @@ class Mode:
     name: str
     scale: ScaleParams
     latency_count: int        # attempts per kind, engine and floor each
-    latency_block: int        # engine and floor alternate in blocks of this many
+    latency_block: int        # the warm floor loop's attempts per request
     latency_warmup: int
     exec_count: int           # calls per path, interleaved
     exec_warmup: int

@@ -114,8 +114,11 @@ def evaluate(scenarios: dict) -> list[Row]:
             k = s[kind]
             text = f"{k['ratio_median']:.2f}x ({k['engine_ms']['median']:.3f} vs {k['floor_ms']['median']:.3f} ms)"
             ok = None if target == "(none)" else k["ratio_median"] <= 1.5
-            fails = f"{k['engine_failures']} engine attempts failed" if k.get("engine_failures") else ""
-            return text, ok, fails
+            notes = [f"{k['engine_failures']} engine attempts failed" if k.get("engine_failures") else ""]
+            if "floor_warm_ms" in k:  # runs before it measured the floor in a warm loop only
+                notes.append(f"lone attempts alike; a warm floor loop: {k['floor_warm_ms']['median']:.3f} ms "
+                             f"({k['ratio_median_warm']:.2f}x)")
+            return text, ok, "; ".join(n for n in notes if n)
         rows.append(_row(f"engine latency vs raw-socket floor, {kind.upper() if kind != 'grpc' else 'gRPC'} (median)",
                          target, latency, engine))
 
@@ -238,11 +241,15 @@ def details(scenarios: dict) -> str:
     if "http" in latency:
         rows = [[k, _fmt(latency[k]["engine_ms"]["median"], ".3f"), _fmt(latency[k]["engine_ms"]["p99"], ".3f"),
                  _fmt(latency[k]["floor_ms"]["median"], ".3f"), _fmt(latency[k]["floor_ms"]["p99"], ".3f"),
-                 _fmt(latency[k]["ratio_median"], ".2f"), _fmt(latency[k]["exec_probe_wall_ms"]["median"], ".3f")]
+                 _fmt(latency[k]["ratio_median"], ".2f"),
+                 _fmt(latency[k].get("floor_warm_ms", {}).get("median"), ".3f"),
+                 _fmt(latency[k].get("ratio_median_warm"), ".2f"),
+                 _fmt(latency[k]["exec_probe_wall_ms"]["median"], ".3f")]
                 for k in ("http", "tcp", "grpc")]
-        parts.append(f"per-attempt latency, {latency['attempts_per_kind']} per kind (ms)\n" + table(
-            ["kind", "engine median", "engine p99", "floor median", "floor p99", "ratio", "ExecProbe wall median"],
-            rows))
+        parts.append(f"per-attempt latency, {latency['attempts_per_kind']} per kind (ms; floor: lone attempts "
+                     "alternating with the engine's; warm: the floor in a loop)\n" + table(
+            ["kind", "engine median", "engine p99", "floor median", "floor p99", "ratio", "warm floor median",
+             "warm ratio", "ExecProbe wall median"], rows))
     exec_ = scenarios.get("exec") or {}
     if "paths_ms" in exec_:
         rows = [[name, _fmt(s["median"], ".2f"), _fmt(s["p90"], ".2f"), _fmt(s["p99"], ".2f"),
