@@ -138,6 +138,13 @@ def target(ns, sandbox_id: str = "sb1") -> SandboxTarget:
     return SandboxTarget(sandbox_id=sandbox_id, netns_path=ns.path, pod_ips=ns.pod_ips)
 
 
+async def serve(supervisor: WorkerSupervisor, ns, port: int, *sandbox_ids: str) -> None:
+    """Each sandbox served, with one TCP probe "p-<sandbox>" to port."""
+    for sid in sandbox_ids:
+        await supervisor.ensure(target(ns, sid))
+        await supervisor.add_probe(sid, tcp_reg(f"p-{sid}", port))
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -243,8 +250,7 @@ def test_a_dead_zygote_takes_its_workers_along_and_they_come_back_through_a_new_
 
     async def main():
         async with supervised() as (rec, supervisor):
-            await supervisor.ensure(target(pod_netns, "sb1"))
-            await supervisor.add_probe("sb1", tcp_reg("p-sb1", server.port))
+            await serve(supervisor, pod_netns, server.port, "sb1")
             await rec.attempt("sb1", "p-sb1", spec_pb.RESULT_SUCCESS)
             old_zygote = supervisor.zygote
             pid = supervisor.status("sb1").pid
@@ -384,9 +390,7 @@ def test_a_sandbox_leaves_a_shared_worker_and_the_others_probe_on(pod_netns):
 
     async def main():
         async with supervised() as (rec, supervisor):
-            for sid in ("sb1", "sb2"):
-                await supervisor.ensure(target(pod_netns, sid))
-                await supervisor.add_probe(sid, tcp_reg(f"p-{sid}", server.port))
+            await serve(supervisor, pod_netns, server.port, "sb1", "sb2")
             pid = supervisor.status("sb1").pid
             assert supervisor.status("sb2").pid == pid
             await supervisor.stop_sandbox("sb1")
@@ -408,9 +412,7 @@ def test_strict_isolation_gives_each_sandbox_a_worker_of_its_own(pod_netns):
 
     async def main():
         async with supervised(isolation=STRICT) as (rec, supervisor):
-            for sid in ("sb1", "sb2"):
-                await supervisor.ensure(target(pod_netns, sid))
-                await supervisor.add_probe(sid, tcp_reg(f"p-{sid}", server.port))
+            await serve(supervisor, pod_netns, server.port, "sb1", "sb2")
             first, second = supervisor.status("sb1"), supervisor.status("sb2")
             assert first.pid != second.pid
             assert (first.group, second.group, first.group_sandboxes) == ("sb1", "sb2", 1)
