@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerConfig(_message.Message):
-    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group")
+    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group", "outlives_daemon", "protocol_version")
     USER_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_GID_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,8 @@ class WorkerConfig(_message.Message):
     MAX_OPEN_FILES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    OUTLIVES_DAEMON_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     user_agent_version: str
     run_as_uid: int
     run_as_gid: int
@@ -25,7 +27,9 @@ class WorkerConfig(_message.Message):
     max_open_files: int
     heartbeat_interval_ms: int
     group: str
-    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
+    outlives_daemon: bool
+    protocol_version: int
+    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ..., outlives_daemon: _Optional[bool] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class AddSandbox(_message.Message):
     __slots__ = ("sandbox_id", "pod_ips")
@@ -54,20 +58,50 @@ class ContainerRef(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ...) -> None: ...
 
 class ProbeRegistration(_message.Message):
-    __slots__ = ("probe_id", "container", "type", "spec", "start_now", "sandbox_id")
+    __slots__ = ("probe_id", "container", "type", "spec", "start_now", "sandbox_id", "progress")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     START_NOW_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     container: ContainerRef
     type: _probe_spec_pb2.ProbeType
     spec: _probe_spec_pb2.ProbeSpec
     start_now: bool
     sandbox_id: str
-    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
+    progress: ProbeProgress
+    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ..., progress: _Optional[_Union[ProbeProgress, _Mapping]] = ...) -> None: ...
+
+class ProbeProgress(_message.Message):
+    __slots__ = ("state", "consecutive_successes", "consecutive_failures", "on_hold", "last_attempt", "totals")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ON_HOLD_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    state: _probe_spec_pb2.ProbeState
+    consecutive_successes: int
+    consecutive_failures: int
+    on_hold: bool
+    last_attempt: _probe_spec_pb2.Attempt
+    totals: AttemptCounts
+    def __init__(self, state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., totals: _Optional[_Union[AttemptCounts, _Mapping]] = ...) -> None: ...
+
+class AttemptCounts(_message.Message):
+    __slots__ = ("success", "warning", "failure", "unknown")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    success: int
+    warning: int
+    failure: int
+    unknown: int
+    def __init__(self, success: _Optional[int] = ..., warning: _Optional[int] = ..., failure: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
 
 class AddProbe(_message.Message):
     __slots__ = ("probe",)
@@ -105,8 +139,16 @@ class Shutdown(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Detach(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Resume(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class WorkerRequest(_message.Message):
-    __slots__ = ("seq", "config", "add_probe", "remove_probe", "run_once", "heartbeat", "shutdown", "add_sandbox", "remove_sandbox")
+    __slots__ = ("seq", "config", "add_probe", "remove_probe", "run_once", "heartbeat", "shutdown", "add_sandbox", "remove_sandbox", "detach", "resume")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     ADD_PROBE_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +158,8 @@ class WorkerRequest(_message.Message):
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     ADD_SANDBOX_FIELD_NUMBER: _ClassVar[int]
     REMOVE_SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    DETACH_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     seq: int
     config: WorkerConfig
     add_probe: AddProbe
@@ -125,19 +169,27 @@ class WorkerRequest(_message.Message):
     shutdown: Shutdown
     add_sandbox: AddSandbox
     remove_sandbox: RemoveSandbox
-    def __init__(self, seq: _Optional[int] = ..., config: _Optional[_Union[WorkerConfig, _Mapping]] = ..., add_probe: _Optional[_Union[AddProbe, _Mapping]] = ..., remove_probe: _Optional[_Union[RemoveProbe, _Mapping]] = ..., run_once: _Optional[_Union[RunOnce, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., add_sandbox: _Optional[_Union[AddSandbox, _Mapping]] = ..., remove_sandbox: _Optional[_Union[RemoveSandbox, _Mapping]] = ...) -> None: ...
+    detach: Detach
+    resume: Resume
+    def __init__(self, seq: _Optional[int] = ..., config: _Optional[_Union[WorkerConfig, _Mapping]] = ..., add_probe: _Optional[_Union[AddProbe, _Mapping]] = ..., remove_probe: _Optional[_Union[RemoveProbe, _Mapping]] = ..., run_once: _Optional[_Union[RunOnce, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., add_sandbox: _Optional[_Union[AddSandbox, _Mapping]] = ..., remove_sandbox: _Optional[_Union[RemoveSandbox, _Mapping]] = ..., detach: _Optional[_Union[Detach, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
 
 class Ready(_message.Message):
-    __slots__ = ("pid", "netns_inode", "uid", "gid")
+    __slots__ = ("pid", "netns_inode", "uid", "gid", "protocol_version", "adopted", "group")
     PID_FIELD_NUMBER: _ClassVar[int]
     NETNS_INODE_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     GID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     pid: int
     netns_inode: int
     uid: int
     gid: int
-    def __init__(self, pid: _Optional[int] = ..., netns_inode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+    protocol_version: int
+    adopted: bool
+    group: str
+    def __init__(self, pid: _Optional[int] = ..., netns_inode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., protocol_version: _Optional[int] = ..., adopted: _Optional[bool] = ..., group: _Optional[str] = ...) -> None: ...
 
 class Fatal(_message.Message):
     __slots__ = ("message",)
@@ -187,8 +239,26 @@ class StateChange(_message.Message):
     sandbox_id: str
     def __init__(self, probe_id: _Optional[str] = ..., previous: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., output: _Optional[str] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
+class Snapshot(_message.Message):
+    __slots__ = ("sandboxes", "probes", "dropped_events")
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    sandboxes: _containers.RepeatedCompositeFieldContainer[AddSandbox]
+    probes: _containers.RepeatedCompositeFieldContainer[ProbeSnapshot]
+    dropped_events: int
+    def __init__(self, sandboxes: _Optional[_Iterable[_Union[AddSandbox, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[ProbeSnapshot, _Mapping]]] = ..., dropped_events: _Optional[int] = ...) -> None: ...
+
+class ProbeSnapshot(_message.Message):
+    __slots__ = ("registration", "progress")
+    REGISTRATION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    registration: ProbeRegistration
+    progress: ProbeProgress
+    def __init__(self, registration: _Optional[_Union[ProbeRegistration, _Mapping]] = ..., progress: _Optional[_Union[ProbeProgress, _Mapping]] = ...) -> None: ...
+
 class WorkerEvent(_message.Message):
-    __slots__ = ("seq", "ready", "fatal", "ack", "rejected", "attempt", "state_change", "heartbeat")
+    __slots__ = ("seq", "ready", "fatal", "ack", "rejected", "attempt", "state_change", "heartbeat", "snapshot")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     FATAL_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +267,7 @@ class WorkerEvent(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     ready: Ready
     fatal: Fatal
@@ -205,7 +276,8 @@ class WorkerEvent(_message.Message):
     attempt: AttemptReport
     state_change: StateChange
     heartbeat: Heartbeat
-    def __init__(self, seq: _Optional[int] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., fatal: _Optional[_Union[Fatal, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., attempt: _Optional[_Union[AttemptReport, _Mapping]] = ..., state_change: _Optional[_Union[StateChange, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    snapshot: Snapshot
+    def __init__(self, seq: _Optional[int] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., fatal: _Optional[_Union[Fatal, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., attempt: _Optional[_Union[AttemptReport, _Mapping]] = ..., state_change: _Optional[_Union[StateChange, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
 
 class SocketRequest(_message.Message):
     __slots__ = ("seq", "sandbox_id", "family", "count")
@@ -220,11 +292,13 @@ class SocketRequest(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., sandbox_id: _Optional[str] = ..., family: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class SocketReply(_message.Message):
-    __slots__ = ("seq", "count", "error")
+    __slots__ = ("seq", "count", "error", "control")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
     seq: int
     count: int
     error: str
-    def __init__(self, seq: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    control: bool
+    def __init__(self, seq: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[str] = ..., control: _Optional[bool] = ...) -> None: ...

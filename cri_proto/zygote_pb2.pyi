@@ -33,27 +33,83 @@ class Unassign(_message.Message):
     sandbox_id: str
     def __init__(self, worker_pid: _Optional[int] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
+class Shutdown(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Adopt(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Reattach(_message.Message):
+    __slots__ = ("worker_pid",)
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    worker_pid: int
+    def __init__(self, worker_pid: _Optional[int] = ...) -> None: ...
+
 class ZygoteRequest(_message.Message):
-    __slots__ = ("seq", "spawn", "assign", "unassign")
+    __slots__ = ("seq", "spawn", "assign", "unassign", "shutdown", "adopt", "reattach")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SPAWN_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     UNASSIGN_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    ADOPT_FIELD_NUMBER: _ClassVar[int]
+    REATTACH_FIELD_NUMBER: _ClassVar[int]
     seq: int
     spawn: Spawn
     assign: Assign
     unassign: Unassign
-    def __init__(self, seq: _Optional[int] = ..., spawn: _Optional[_Union[Spawn, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., unassign: _Optional[_Union[Unassign, _Mapping]] = ...) -> None: ...
+    shutdown: Shutdown
+    adopt: Adopt
+    reattach: Reattach
+    def __init__(self, seq: _Optional[int] = ..., spawn: _Optional[_Union[Spawn, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., unassign: _Optional[_Union[Unassign, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., adopt: _Optional[_Union[Adopt, _Mapping]] = ..., reattach: _Optional[_Union[Reattach, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("pid", "preloaded_modules", "gc_frozen")
+    __slots__ = ("pid", "preloaded_modules", "gc_frozen", "protocol_version", "worker_protocol_version", "version", "adopted")
     PID_FIELD_NUMBER: _ClassVar[int]
     PRELOADED_MODULES_FIELD_NUMBER: _ClassVar[int]
     GC_FROZEN_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
     pid: int
     preloaded_modules: int
     gc_frozen: bool
-    def __init__(self, pid: _Optional[int] = ..., preloaded_modules: _Optional[int] = ..., gc_frozen: _Optional[bool] = ...) -> None: ...
+    protocol_version: int
+    worker_protocol_version: int
+    version: str
+    adopted: bool
+    def __init__(self, pid: _Optional[int] = ..., preloaded_modules: _Optional[int] = ..., gc_frozen: _Optional[bool] = ..., protocol_version: _Optional[int] = ..., worker_protocol_version: _Optional[int] = ..., version: _Optional[str] = ..., adopted: _Optional[bool] = ...) -> None: ...
+
+class Adoptable(_message.Message):
+    __slots__ = ("pid", "config", "sandboxes")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    config: _probe_worker_pb2.WorkerConfig
+    sandboxes: _containers.RepeatedCompositeFieldContainer[Assignment]
+    def __init__(self, pid: _Optional[int] = ..., config: _Optional[_Union[_probe_worker_pb2.WorkerConfig, _Mapping]] = ..., sandboxes: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("sandbox_id", "netns_inode")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NETNS_INODE_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    netns_inode: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., netns_inode: _Optional[int] = ...) -> None: ...
+
+class AdoptDone(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: int
+    def __init__(self, workers: _Optional[int] = ...) -> None: ...
+
+class Reattached(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Spawned(_message.Message):
     __slots__ = ("pid",)
@@ -92,7 +148,7 @@ class AssignFailed(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class ZygoteEvent(_message.Message):
-    __slots__ = ("seq", "hello", "spawned", "spawn_failed", "exited", "assigned", "assign_failed")
+    __slots__ = ("seq", "hello", "spawned", "spawn_failed", "exited", "assigned", "assign_failed", "adoptable", "adopt_done", "reattached")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     SPAWNED_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +156,9 @@ class ZygoteEvent(_message.Message):
     EXITED_FIELD_NUMBER: _ClassVar[int]
     ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FAILED_FIELD_NUMBER: _ClassVar[int]
+    ADOPTABLE_FIELD_NUMBER: _ClassVar[int]
+    ADOPT_DONE_FIELD_NUMBER: _ClassVar[int]
+    REATTACHED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     spawned: Spawned
@@ -107,4 +166,7 @@ class ZygoteEvent(_message.Message):
     exited: WorkerExited
     assigned: Assigned
     assign_failed: AssignFailed
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., spawned: _Optional[_Union[Spawned, _Mapping]] = ..., spawn_failed: _Optional[_Union[SpawnFailed, _Mapping]] = ..., exited: _Optional[_Union[WorkerExited, _Mapping]] = ..., assigned: _Optional[_Union[Assigned, _Mapping]] = ..., assign_failed: _Optional[_Union[AssignFailed, _Mapping]] = ...) -> None: ...
+    adoptable: Adoptable
+    adopt_done: AdoptDone
+    reattached: Reattached
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., spawned: _Optional[_Union[Spawned, _Mapping]] = ..., spawn_failed: _Optional[_Union[SpawnFailed, _Mapping]] = ..., exited: _Optional[_Union[WorkerExited, _Mapping]] = ..., assigned: _Optional[_Union[Assigned, _Mapping]] = ..., assign_failed: _Optional[_Union[AssignFailed, _Mapping]] = ..., adoptable: _Optional[_Union[Adoptable, _Mapping]] = ..., adopt_done: _Optional[_Union[AdoptDone, _Mapping]] = ..., reattached: _Optional[_Union[Reattached, _Mapping]] = ...) -> None: ...

@@ -62,6 +62,9 @@ class AsyncChannel:
             self._unsent.clear()  # the socket is broken: later sends find out for themselves
             raise
 
+    def close(self) -> None:
+        self._sock.close()
+
     async def recv(self) -> bytes:
         loop = asyncio.get_running_loop()
         while not self._pending:

@@ -78,6 +78,14 @@ class SandboxGroup:
             return []
         return [f"{path}.sandbox_id: Not found: {reg.sandbox_id!r}: not a sandbox this worker serves"]
 
+    def snapshot(self) -> worker_pb.Snapshot:
+        """Everything this worker serves, and where each probe stands: the answer to a daemon that adopted it."""
+        out = worker_pb.Snapshot()
+        for sandbox_id, sandbox in self._sandboxes.items():
+            out.sandboxes.add(sandbox_id=sandbox_id, pod_ips=sandbox.prober.pod_ips)
+            out.probes.extend(sandbox.manager.snapshot())
+        return out
+
     async def close(self) -> None:
         for sandbox_id in list(self._sandboxes):
             await self.remove_sandbox(sandbox_id)

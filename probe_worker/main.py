@@ -8,7 +8,10 @@ Start-up order matters and is the point of this module:
      (which refuses AF_INET/AF_INET6 sockets), check CapEff is empty;
   4. send Ready, and only then start the event loop.
 Then the daemon adds sandboxes (AddSandbox: a group of them, or one in strict mode) and
-their probes. A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
+their probes. A worker started with `outlives_daemon` does not end with its daemon: at EOF
+(or after Detach) it probes on, queues its events (outbox.py) and waits for the next
+daemon's socket, which the broker passes it; on that socket it says Ready (adopted), writes
+what it queued, and answers Resume with a Snapshot of everything it serves. A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
 Every module the worker needs is imported at the top of this file, so nothing
 is imported after the drop (the interpreter may live under a directory the
 unprivileged uid cannot read). The zygote (shim/zygote_process.py), which is also the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import encodings.idna  # noqa: F401  hostnames in an explicit probe host need it after the drop
 import logging
 import os
@@ -28,10 +32,11 @@ import time
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
-from probe_api.worker_protocol import validate_registration, validate_run_once
+from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, validate_registration, validate_run_once
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.group import SandboxGroup, UnknownSandbox
 from probe_worker.netns import NetnsError, isolate_network
+from probe_worker.outbox import Outbox
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
 from probe_worker.socket_source import BrokerSockets
 
@@ -71,7 +76,8 @@ def start(config: worker_pb.WorkerConfig, die_with_parent_process: bool = True) 
             die_with_parent()
     except (NetnsError, PrivilegeError, OSError) as exc:
         raise StartError(str(exc)) from None
-    return worker_pb.Ready(pid=os.getpid(), netns_inode=inode, uid=os.getuid(), gid=os.getgid())
+    return worker_pb.Ready(pid=os.getpid(), netns_inode=inode, uid=os.getuid(), gid=os.getgid(),
+                           protocol_version=WORKER_PROTOCOL_VERSION, group=config.group)
 
 
 def run(config: worker_pb.WorkerConfig, channel: BlockingChannel, broker: socket.socket,
@@ -85,19 +91,22 @@ def run(config: worker_pb.WorkerConfig, channel: BlockingChannel, broker: socket
         channel.send(worker_pb.WorkerEvent(fatal=worker_pb.Fatal(message=str(exc))))
         return 2
     channel.send(worker_pb.WorkerEvent(ready=ready))
-    return asyncio.run(_serve_with_broker(channel.to_async(), broker, config))
+    return asyncio.run(_serve_with_broker(channel.to_async(), broker, config, ready))
 
 
-async def _serve_with_broker(channel: AsyncChannel, broker: socket.socket, config: worker_pb.WorkerConfig) -> int:
+async def _serve_with_broker(channel: AsyncChannel, broker: socket.socket, config: worker_pb.WorkerConfig,
+                             ready: worker_pb.Ready) -> int:
     lost = asyncio.get_running_loop().create_future()
+    handover = Handover() if config.outlives_daemon else None
 
     def on_lost(reason: str) -> None:
         if not lost.done():
             lost.set_result(reason)
 
-    sockets = BrokerSockets(broker, on_lost)
+    sockets = BrokerSockets(broker, on_lost, on_control=handover.put if handover is not None else None)
     try:
-        await serve(channel, sockets, config.user_agent_version, config.heartbeat_interval_ms, stop=lost)
+        await serve(channel, sockets, config.user_agent_version, config.heartbeat_interval_ms, stop=lost,
+                    handover=handover, ready=ready)
     finally:
         sockets.close()
     if lost.done() and lost.result() != "closed":
@@ -108,10 +117,32 @@ async def _serve_with_broker(channel: AsyncChannel, broker: socket.socket, confi
     return 0
 
 
+class Handover:
+    """New daemons' sockets, as the broker passes them on: `arrived` is done while one waits to be taken."""
+
+    def __init__(self) -> None:
+        self._sockets: collections.deque[socket.socket] = collections.deque()
+        self.arrived: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def put(self, sock: socket.socket) -> None:
+        self._sockets.append(sock)
+        if not self.arrived.done():
+            self.arrived.set_result(None)
+
+    def take(self) -> socket.socket:
+        sock = self._sockets.popleft()
+        if not self._sockets:
+            self.arrived = asyncio.get_running_loop().create_future()
+        return sock
+
+
 async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbeat_ms: int,
-                stop: asyncio.Future | None = None) -> None:
-    """The request loop, until Shutdown, the daemon's EOF, or `stop` (the broker lost)."""
-    group = SandboxGroup(sockets, user_agent_version, channel.send)
+                stop: asyncio.Future | None = None, *, handover: "Handover | None" = None,
+                ready: worker_pb.Ready | None = None) -> None:
+    """The request loop, until Shutdown, `stop` (the broker lost), or the daemon's EOF. With `handover` (the
+    worker outlives its daemon) EOF is not the end: the worker waits there for the next daemon's socket."""
+    outbox = Outbox(channel)
+    group = SandboxGroup(sockets, user_agent_version, outbox.send)
     background: set[asyncio.Task[None]] = set()
 
     def spawn(coro) -> None:
@@ -121,30 +152,33 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
 
     async def heartbeat() -> None:
         while True:
-            try:
-                await channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
-                    unix_ns=time.time_ns(), probes=group.probes)))
-            except OSError:
-                return  # the daemon is gone; the request loop sees EOF and ends the worker
+            if outbox.channel is not None:  # none while no daemon listens: nobody to tell
+                try:
+                    await outbox.channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
+                        unix_ns=time.time_ns(), probes=group.probes)))
+                except OSError:
+                    pass  # the daemon is gone; the request loop sees EOF
             await asyncio.sleep(heartbeat_ms / 1000)
 
-    async def run_once(seq: int, run: worker_pb.RunOnce) -> None:
+    async def run_once(channel: AsyncChannel, seq: int, run: worker_pb.RunOnce) -> None:
         reg = run.probe
         try:
             prober = group.prober(reg.sandbox_id)
         except UnknownSandbox as exc:  # removed since the request was checked
-            await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=[f"probe.{exc}"])))
+            await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
+                errors=[f"probe.{exc}"])))
             return
         attempt = await prober.run(reg.spec, reg.container.ports, max_tries=run.max_tries,
                                    lifecycle_hook=run.lifecycle_hook)
-        await channel.send(worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
+        await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
             probe_id=reg.probe_id, attempt=attempt)))
 
     async def next_request() -> bytes | None:
-        """The next request's bytes; None at EOF or once `stop` is done."""
+        """The next request's bytes; None at EOF, once `stop` is done, or when a new daemon's socket came."""
         receive = asyncio.ensure_future(channel.recv())
-        if stop is not None:
-            await asyncio.wait([receive, stop], return_when=asyncio.FIRST_COMPLETED)
+        waits = [receive] + [f for f in (stop, handover and handover.arrived) if f is not None]
+        if len(waits) > 1:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not receive.done():
                 receive.cancel()
                 return None
@@ -153,9 +187,37 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
         except (ChannelClosed, OSError):
             return None
 
+    async def next_daemon() -> AsyncChannel | None:
+        """The next daemon's channel, once it has our Ready and what was queued; None when the worker ends."""
+        while True:
+            await asyncio.wait([f for f in (stop, handover.arrived) if f is not None],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not handover.arrived.done():
+                return None
+            new = AsyncChannel(handover.take())
+            hello = worker_pb.Ready()
+            hello.CopyFrom(ready or worker_pb.Ready(pid=os.getpid(), protocol_version=WORKER_PROTOCOL_VERSION))
+            hello.adopted = True
+            try:
+                await new.send(worker_pb.WorkerEvent(ready=hello))
+                await outbox.attach(new)
+                return new
+            except OSError:
+                new.close()  # that daemon is gone already: wait for the next
+
     spawn(heartbeat())
     try:
-        while (data := await next_request()) is not None:
+        while True:
+            data = await next_request()
+            if data is None:
+                outbox.detach(channel)
+                channel.close()
+                if handover is None or (stop is not None and stop.done()):
+                    break
+                channel = await next_daemon()
+                if channel is None:
+                    break
+                continue
             request = worker_pb.WorkerRequest.FromString(data)
             seq, kind = request.seq, request.WhichOneof("msg")
             if kind in ("add_probe", "run_once"):
@@ -164,35 +226,44 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
                 else:
                     errors = validate_run_once(request.run_once) or group.check(request.run_once.probe)
                 if errors:
-                    await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=errors)))
+                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=errors)))
                 elif kind == "add_probe":
-                    await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
                     await group.add_probe(request.add_probe.probe)
                 else:
-                    spawn(run_once(seq, request.run_once))
+                    spawn(run_once(channel, seq, request.run_once))
             elif kind == "remove_probe":
                 group.remove_probe(request.remove_probe.sandbox_id, request.remove_probe.probe_id)
-                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
             elif kind == "add_sandbox":
                 if not request.add_sandbox.sandbox_id:
-                    await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
+                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
                         errors=["sandbox_id: Required value"])))
                     continue
                 group.add_sandbox(request.add_sandbox.sandbox_id, request.add_sandbox.pod_ips)
-                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
             elif kind == "remove_sandbox":
                 await group.remove_sandbox(request.remove_sandbox.sandbox_id)
-                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
             elif kind == "heartbeat":
-                await channel.send(worker_pb.WorkerEvent(seq=seq, heartbeat=worker_pb.Heartbeat(
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, heartbeat=worker_pb.Heartbeat(
                     unix_ns=time.time_ns(), probes=group.probes)))
             elif kind == "shutdown":
-                await channel.send(worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
                 break
+            elif kind == "detach" and handover is not None:
+                # Everything before the ack reached this daemon; everything after waits for the next one.
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
+                outbox.detach(channel)
+            elif kind == "resume":
+                snapshot = group.snapshot()
+                snapshot.dropped_events = outbox.take_dropped()
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, snapshot=snapshot))
             else:
-                await channel.send(worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
+                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
                     errors=[f"msg: Unsupported value: {kind!r}: the worker accepts add_sandbox, remove_sandbox, "
-                            "add_probe, remove_probe, run_once, heartbeat and shutdown"])))
+                            "add_probe, remove_probe, run_once, heartbeat, resume, shutdown"
+                            + (" and detach" if handover is not None else "")])))
     finally:
         await group.close()
         for task in list(background):

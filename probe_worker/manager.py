@@ -26,13 +26,33 @@ from probe_worker.thresholds import ThresholdTracker, container_started
 Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
 
 
+_TOTAL_FIELD = {
+    spec_pb.RESULT_SUCCESS: "success",
+    spec_pb.RESULT_WARNING: "warning",
+    spec_pb.RESULT_FAILURE: "failure",
+}
+
+
 @dataclass
 class _Probe:
-    reg: worker_pb.ProbeRegistration
+    reg: worker_pb.ProbeRegistration  # as added, progress cleared
     timing: Timing
     tracker: ThresholdTracker
     started_at_ms: float              # container start, on the event loop's clock
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # What a daemon adopting this worker needs besides the tracker (Snapshot): counted here, not only by the
+    # daemon, so that events lost with a daemon that died do not make the totals wrong.
+    last_attempt: spec_pb.Attempt | None = None
+    totals: worker_pb.AttemptCounts = field(default_factory=worker_pb.AttemptCounts)
+
+    def progress(self) -> worker_pb.ProbeProgress:
+        t = self.tracker
+        out = worker_pb.ProbeProgress(state=t.state, consecutive_successes=t.consecutive_successes,
+                                      consecutive_failures=t.consecutive_failures, on_hold=t.on_hold,
+                                      totals=self.totals)
+        if self.last_attempt is not None:
+            out.last_attempt.CopyFrom(self.last_attempt)
+        return out
 
 
 class ProbeManager:
@@ -55,13 +75,15 @@ class ProbeManager:
 
         A replacement keeps the threshold bookkeeping when type and thresholds are
         unchanged; for a new container ID it resets the state to the initial value
-        and lifts "on hold", as the kubelet's worker does.
+        and lifts "on hold", as the kubelet's worker does. A new probe with `progress`
+        goes on from it (the daemon knows the state already: no change is emitted).
         """
         old = self._probes.pop(reg.probe_id, None)
         if old is not None and old.task is not None:
             old.task.cancel()
         previous = old.tracker.state if old is not None else spec_pb.STATE_UNKNOWN
         timing = effective_timing(reg.spec)
+        resumed = old is None and reg.HasField("progress")
         if old is not None and old.reg.type == reg.type and (
             old.timing.success_threshold, old.timing.failure_threshold
         ) == (timing.success_threshold, timing.failure_threshold):
@@ -70,11 +92,25 @@ class ProbeManager:
                 tracker.new_container()
         else:
             tracker = ThresholdTracker(reg.type, timing.success_threshold, timing.failure_threshold)
-        probe = _Probe(reg=reg, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
+        stored = worker_pb.ProbeRegistration()
+        stored.CopyFrom(reg)
+        stored.ClearField("progress")
+        probe = _Probe(reg=stored, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
+        if resumed:
+            p = reg.progress
+            tracker.resume(p.state, p.consecutive_successes, p.consecutive_failures, p.on_hold)
+            probe.totals.CopyFrom(p.totals)
+            probe.last_attempt = p.last_attempt if p.HasField("last_attempt") else None
+        elif old is not None:
+            probe.totals, probe.last_attempt = old.totals, old.last_attempt
         self._probes[reg.probe_id] = probe
-        if tracker.state != previous:
+        if not resumed and tracker.state != previous:
             await self._emit_change(reg.probe_id, previous, tracker.state, "registered")
         probe.task = asyncio.create_task(self._run(probe), name=f"probe {reg.probe_id}")
+
+    def snapshot(self) -> list[worker_pb.ProbeSnapshot]:
+        """Every probe as it runs and where it stands (for a daemon adopting this worker)."""
+        return [worker_pb.ProbeSnapshot(registration=p.reg, progress=p.progress()) for p in self._probes.values()]
 
     def remove(self, probe_id: str) -> bool:
         probe = self._probes.pop(probe_id, None)
@@ -135,6 +171,9 @@ class ProbeManager:
             attempt.ticks_missed, missed_reported = ticker.missed - missed_reported, ticker.missed
             previous = tracker.state
             changed = tracker.observe(attempt.result)
+            probe.last_attempt = attempt
+            total = _TOTAL_FIELD.get(attempt.result, "unknown")
+            setattr(probe.totals, total, getattr(probe.totals, total) + 1)
             await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
                 probe_id=reg.probe_id,
                 sandbox_id=self.sandbox_id,

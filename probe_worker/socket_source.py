@@ -90,7 +90,10 @@ class LocalSockets:
 class BrokerSockets:
     """The worker's side of the broker channel: pools of ready sockets per (sandbox, family)."""
 
-    def __init__(self, sock: socket.socket, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(self, sock: socket.socket, on_lost: Callable[[str], None] | None = None,
+                 on_control: Callable[[socket.socket], None] | None = None) -> None:
+        """on_control: a new daemon's socket, which the broker passes on after the daemon that ran this worker went
+        away and a new one adopted it (SocketReply with `control`); closed when nobody takes it."""
         sock.setblocking(False)
         self._sock = sock
         self._loop = asyncio.get_running_loop()
@@ -100,6 +103,7 @@ class BrokerSockets:
         self._refills: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._batches: dict[tuple[str, int], tuple[int, float]] = {}  # the last batch asked for, and when
         self._on_lost = on_lost
+        self._on_control = on_control
         self.lost: str = ""  # why the channel is gone; "" while it works
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
@@ -211,6 +215,13 @@ class BrokerSockets:
                     sock.close()
                 self._lose(f"protocol error from the broker: {exc}")
                 return
+            if reply.control and not reply.seq:
+                if len(sockets) == 1 and self._on_control is not None:
+                    self._on_control(sockets[0])
+                else:
+                    for sock in sockets:
+                        sock.close()
+                continue
             waiter = self._replies.get(reply.seq)
             if waiter is None or waiter.done():
                 for sock in sockets:

@@ -73,6 +73,22 @@ class ThresholdTracker:
             self._run = 0
         return self.state != previous
 
+    def resume(self, state: int, consecutive_successes: int, consecutive_failures: int, on_hold: bool) -> None:
+        """Goes on from where the probe stood (a restarted worker or daemon), instead of the initial state.
+
+        A run longer than its threshold behaves exactly like one at the threshold (only `run < threshold` is ever
+        asked), which is why the daemon may store runs capped at the threshold and still resume exactly."""
+        if state not in (spec_pb.STATE_SUCCESS, spec_pb.STATE_FAILURE, spec_pb.STATE_UNKNOWN):
+            raise ValueError(f"unknown probe state {state}")
+        self.state = state
+        self.on_hold = on_hold
+        if consecutive_successes > 0:
+            self._last_result, self._run = spec_pb.RESULT_SUCCESS, consecutive_successes
+        elif consecutive_failures > 0:
+            self._last_result, self._run = spec_pb.RESULT_FAILURE, consecutive_failures
+        else:
+            self._last_result, self._run = spec_pb.RESULT_UNKNOWN, 0
+
     def new_container(self) -> bool:
         """A new container ID: back to the initial state, hold lifted; True iff the state changed.
 

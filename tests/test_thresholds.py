@@ -171,3 +171,43 @@ def test_rejects_unknown_result_number():
 ])
 def test_container_started(startup_state, started):
     assert container_started(startup_state) is started
+
+
+# --- resume: a restarted worker or daemon goes on from where the probe stood ------------------------------------
+
+@pytest.mark.parametrize("probe_type, success_threshold, failure_threshold, before, after", [
+    (READINESS, 3, 3, [S, S, S, F, F], [F, S]),
+    (READINESS, 2, 3, [S, S, S, S, S, S], [F, F, F, S]),
+    (LIVENESS, 1, 3, [S, F, F], [F, S]),
+    (STARTUP, 1, 2, [F], [F, S]),
+    (STARTUP, 2, 3, [S, S, F], [S, S]),
+])
+def test_a_resumed_tracker_behaves_as_the_one_that_ran_on(probe_type, success_threshold, failure_threshold,
+                                                            before, after):
+    ran_on = ThresholdTracker(probe_type, success_threshold, failure_threshold)
+    run(ran_on, before)
+    # What the daemon stores: state, the run capped at its threshold (only `run < threshold` is ever asked), hold.
+    capped_s = min(ran_on.consecutive_successes, success_threshold)
+    capped_f = min(ran_on.consecutive_failures, failure_threshold)
+    resumed = ThresholdTracker(probe_type, success_threshold, failure_threshold)
+    resumed.resume(ran_on.state, capped_s, capped_f, ran_on.on_hold)
+    assert [t[:2] + (t[4],) for t in run(resumed, after)] == [t[:2] + (t[4],) for t in run(ran_on, after)]
+
+
+def test_resume_keeps_the_state_with_no_attempt():
+    tracker = ThresholdTracker(READINESS, 1, 3)
+    tracker.resume(OK, 5, 0, False)
+    assert (tracker.state, tracker.consecutive_successes, tracker.consecutive_failures) == (OK, 5, 0)
+    assert run(tracker, [U]) == [(OK, False, 5, 0, False)]  # an unknown result changes nothing, as before
+
+
+def test_resume_on_hold_waits_for_a_new_container():
+    tracker = ThresholdTracker(LIVENESS, 1, 1)
+    tracker.resume(BAD, 0, 0, True)
+    assert run(tracker, [S]) == [(BAD, False, 0, 0, True)]
+    assert tracker.new_container() is True and tracker.state == OK
+
+
+def test_resume_rejects_an_unknown_state():
+    with pytest.raises(ValueError):
+        ThresholdTracker(READINESS, 1, 3).resume(9, 0, 0, False)
