@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerConfig(_message.Message):
-    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group", "outlives_daemon", "protocol_version")
+    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group", "outlives_daemon", "protocol_version", "tenancy")
     USER_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_GID_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class WorkerConfig(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     OUTLIVES_DAEMON_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENANCY_FIELD_NUMBER: _ClassVar[int]
     user_agent_version: str
     run_as_uid: int
     run_as_gid: int
@@ -29,7 +30,8 @@ class WorkerConfig(_message.Message):
     group: str
     outlives_daemon: bool
     protocol_version: int
-    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ..., outlives_daemon: _Optional[bool] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    tenancy: str
+    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ..., outlives_daemon: _Optional[bool] = ..., protocol_version: _Optional[int] = ..., tenancy: _Optional[str] = ...) -> None: ...
 
 class AddSandbox(_message.Message):
     __slots__ = ("sandbox_id", "pod_ips")
@@ -76,20 +78,22 @@ class ProbeRegistration(_message.Message):
     def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ..., progress: _Optional[_Union[ProbeProgress, _Mapping]] = ...) -> None: ...
 
 class ProbeProgress(_message.Message):
-    __slots__ = ("state", "consecutive_successes", "consecutive_failures", "on_hold", "last_attempt", "totals")
+    __slots__ = ("state", "consecutive_successes", "consecutive_failures", "on_hold", "last_attempt", "totals", "state_changed_at_unix_ns")
     STATE_FIELD_NUMBER: _ClassVar[int]
     CONSECUTIVE_SUCCESSES_FIELD_NUMBER: _ClassVar[int]
     CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
     ON_HOLD_FIELD_NUMBER: _ClassVar[int]
     LAST_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TOTALS_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHANGED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     state: _probe_spec_pb2.ProbeState
     consecutive_successes: int
     consecutive_failures: int
     on_hold: bool
     last_attempt: _probe_spec_pb2.Attempt
     totals: AttemptCounts
-    def __init__(self, state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., totals: _Optional[_Union[AttemptCounts, _Mapping]] = ...) -> None: ...
+    state_changed_at_unix_ns: int
+    def __init__(self, state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., totals: _Optional[_Union[AttemptCounts, _Mapping]] = ..., state_changed_at_unix_ns: _Optional[int] = ...) -> None: ...
 
 class AttemptCounts(_message.Message):
     __slots__ = ("success", "warning", "failure", "unknown")
@@ -226,18 +230,20 @@ class AttemptReport(_message.Message):
     def __init__(self, probe_id: _Optional[str] = ..., attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
 
 class StateChange(_message.Message):
-    __slots__ = ("probe_id", "previous", "state", "output", "sandbox_id")
+    __slots__ = ("probe_id", "previous", "state", "output", "sandbox_id", "changed_at_unix_ns")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     previous: _probe_spec_pb2.ProbeState
     state: _probe_spec_pb2.ProbeState
     output: str
     sandbox_id: str
-    def __init__(self, probe_id: _Optional[str] = ..., previous: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., output: _Optional[str] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
+    changed_at_unix_ns: int
+    def __init__(self, probe_id: _Optional[str] = ..., previous: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., output: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., changed_at_unix_ns: _Optional[int] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("sandboxes", "probes", "dropped_events")

@@ -9,6 +9,10 @@ from __future__ import annotations
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.validation import effective_timing
 
+# This release of the shim (pyproject.toml's version). A daemon that adopts the workers of an earlier daemon (a
+# restart, or an upgrade) forks new ones from that daemon's zygote only if it runs this same version.
+SHIM_VERSION = "0.1.0"
+
 # The shim's socket. The kubelet, crictl and probectl all talk to it.
 DEFAULT_SOCKET = "/run/probe-shim/probe-shim.sock"
 DEFAULT_ENDPOINT = f"unix://{DEFAULT_SOCKET}"

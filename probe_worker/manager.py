@@ -44,12 +44,13 @@ class _Probe:
     # daemon, so that events lost with a daemon that died do not make the totals wrong.
     last_attempt: spec_pb.Attempt | None = None
     totals: worker_pb.AttemptCounts = field(default_factory=worker_pb.AttemptCounts)
+    state_changed_at_ns: int = 0
 
     def progress(self) -> worker_pb.ProbeProgress:
         t = self.tracker
         out = worker_pb.ProbeProgress(state=t.state, consecutive_successes=t.consecutive_successes,
                                       consecutive_failures=t.consecutive_failures, on_hold=t.on_hold,
-                                      totals=self.totals)
+                                      totals=self.totals, state_changed_at_unix_ns=self.state_changed_at_ns)
         if self.last_attempt is not None:
             out.last_attempt.CopyFrom(self.last_attempt)
         return out
@@ -101,11 +102,14 @@ class ProbeManager:
             tracker.resume(p.state, p.consecutive_successes, p.consecutive_failures, p.on_hold)
             probe.totals.CopyFrom(p.totals)
             probe.last_attempt = p.last_attempt if p.HasField("last_attempt") else None
+            probe.state_changed_at_ns = p.state_changed_at_unix_ns
         elif old is not None:
             probe.totals, probe.last_attempt = old.totals, old.last_attempt
+            probe.state_changed_at_ns = old.state_changed_at_ns
         self._probes[reg.probe_id] = probe
         if not resumed and tracker.state != previous:
-            await self._emit_change(reg.probe_id, previous, tracker.state, "registered")
+            probe.state_changed_at_ns = time.time_ns()
+            await self._emit_change(reg.probe_id, previous, tracker.state, "registered", probe.state_changed_at_ns)
         probe.task = asyncio.create_task(self._run(probe), name=f"probe {reg.probe_id}")
 
     def snapshot(self) -> list[worker_pb.ProbeSnapshot]:
@@ -184,9 +188,11 @@ class ProbeManager:
                 on_hold=tracker.on_hold,
             )))
             if changed:
-                await self._emit_change(reg.probe_id, previous, tracker.state, attempt.output)
+                probe.state_changed_at_ns = time.time_ns()
+                await self._emit_change(reg.probe_id, previous, tracker.state, attempt.output, probe.state_changed_at_ns)
 
-    async def _emit_change(self, probe_id: str, previous: int, state: int, output: str) -> None:
+    async def _emit_change(self, probe_id: str, previous: int, state: int, output: str, at_ns: int) -> None:
         await self._emit(worker_pb.WorkerEvent(state_change=worker_pb.StateChange(
             probe_id=probe_id, previous=previous, state=state, output=output, sandbox_id=self.sandbox_id,
+            changed_at_unix_ns=at_ns,
         )))

@@ -16,7 +16,7 @@ import grpc
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
-from probe_api.defaults import FIELD_VIOLATIONS_KEY
+from probe_api.defaults import FIELD_VIOLATIONS_KEY, SHIM_VERSION
 from shim.cri_proxy import traceparent_of
 from shim.registry import InvalidRequest, LimitExceeded, ProbeRegistry
 from shim.request_rules import field_violations
@@ -27,7 +27,6 @@ from shim.supervisor import WorkerRejected, WorkerUnavailable
 log = logging.getLogger("probe_shim.api")
 
 API_VERSION = "v1alpha1"
-SHIM_VERSION = "0.1.0"
 
 _CODES = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),

@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                             "sandbox: one worker per sandbox (default pooled)")
     serve.add_argument("--sandboxes-per-worker", dest="sandboxes_per_worker", type=int,
                        help=f"at most this many sandboxes per pooled worker (default {defaults.sandboxes_per_worker})")
+    serve.add_argument("--handover-timeout-s", dest="handover_timeout_s", type=float,
+                       help="how long workers go on probing for the next daemon after this one stops (SIGTERM) or "
+                            "crashes, to be adopted by it; 0: workers stop with the daemon (default 300)")
     serve.add_argument("--embedded-namespace-separator", dest="embedded_namespace_separator",
                        help="embedded mode: a netns name's namespace is its part before this separator "
                             "(default: none, every netns in one tenancy)")

@@ -54,6 +54,9 @@ class Config:
     # The kubelet bridge's bound on a lifecycle hook (the kubelet sends hooks' ExecSync without a timeout and puts
     # none on its own HTTP hooks; a preStop hook is cut by the pod's termination grace period anyway).
     hook_timeout_s: float = 300.0
+    # Workers outlive the daemon (a crash, SIGTERM for a restart or an upgrade) and go on probing for this long,
+    # waiting for the next daemon to adopt them; 0: they stop with it. SIGINT (Ctrl-C) always stops them.
+    handover_timeout_s: float = 300.0
     # Group of the API socket (mode 0660): its owner and this group's members may call the
     # API, which can make the node probe any pod. A group name or a numeric gid; "" keeps
     # the daemon's own group (root's, under systemd).
@@ -70,6 +73,8 @@ class Config:
             raise ConfigError(f"worker_isolation: must be {' or '.join(ISOLATION_MODES)}, not {self.worker_isolation!r}")
         if not 1 <= self.sandboxes_per_worker <= MAX_SANDBOXES_PER_WORKER:
             raise ConfigError(f"sandboxes_per_worker: must be between 1 and {MAX_SANDBOXES_PER_WORKER}")
+        if not 0 <= self.handover_timeout_s <= 86400:
+            raise ConfigError("handover_timeout_s: must be between 0 and 86400")
         if not 0 < self.hook_timeout_s <= 3600:
             raise ConfigError("hook_timeout_s: must be more than 0 and at most 3600")
         if self.max_probes_per_sandbox < 1 or self.max_probes_total < 1:

@@ -119,6 +119,24 @@ class NetnsBroker:
         worker = self._workers.get(worker_id)
         return sorted(worker.netns) if worker is not None else []
 
+    def assignments(self, worker_id: int) -> list[tuple[str, int]]:
+        """(sandbox id, netns inode) of each sandbox the worker may have sockets in: what a new daemon adopts."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return []
+        return sorted((sandbox_id, os.fstat(fd).st_ino) for sandbox_id, fd in worker.netns.items())
+
+    def pass_control(self, worker_id: int, fd: int) -> None:
+        """Gives the worker a new daemon's socket (SocketReply with `control`) after its daemon went away."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            raise BrokerError(f"no worker {worker_id} here")
+        push = worker_pb.SocketReply(control=True).SerializeToString()
+        try:
+            socket.send_fds(worker.channel, [push], [fd], socket.MSG_DONTWAIT)
+        except OSError as exc:
+            raise BrokerError(f"cannot pass worker {worker_id} its new daemon socket: {exc.strerror or exc}") from None
+
     def close(self) -> None:
         for worker_id in list(self._workers):
             self.detach(worker_id)

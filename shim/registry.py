@@ -71,16 +71,26 @@ _OBSERVED_SCALARS = ("state", "state_changed_at", "last_trace_id", "last_span_id
 _OBSERVED_MESSAGES = ("last_attempt", "totals", "worker")
 
 
-def _with_observed(registration: service_pb.Probe, previous: service_pb.Probe | None) -> service_pb.Probe:
+def _with_observed(registration: service_pb.Probe, previous: service_pb.Probe | None,
+                   with_revision: bool = False) -> service_pb.Probe:
     """A replaced probe of the same container keeps its results so far; a new container starts clean."""
     status = service_pb.Probe()
     status.CopyFrom(registration)
+    if with_revision and previous is not None:
+        status.revision = previous.revision
     if previous is not None:
         for name in _OBSERVED_SCALARS:
             setattr(status, name, getattr(previous, name))
         for name in _OBSERVED_MESSAGES:
             getattr(status, name).CopyFrom(getattr(previous, name))
     return status
+
+
+def _with_stored_observations(registration: service_pb.Probe, observed: service_pb.Probe | None) -> service_pb.Probe:
+    """The registration (the store's authority) with what was observed of it, if that is of the same container."""
+    if observed is None or observed.container_id != registration.container_id:
+        return registration
+    return _with_observed(registration, observed, with_revision=True)
 
 
 def _worker_registration(probe: service_pb.Probe, start_now: bool) -> worker_pb.ProbeRegistration:
@@ -132,7 +142,7 @@ class ProbeRegistry:
             if existing is None:
                 self._check_limits(sandbox.id)
             probe = _registration(req, probe_id, existing.created_at if existing else time.time_ns())
-            await asyncio.to_thread(self._store.save, probe)
+            await self._store.run(self._store.save, probe)
             same_container = existing is not None and existing.container_id == probe.container_id
             self._board.put(_with_observed(probe, existing if same_container else None))
             self._results.note_sandbox(sandbox)
@@ -257,15 +267,33 @@ class ProbeRegistry:
         self._stopped.discard(sandbox_id)
 
     async def restore(self) -> None:
-        """After a (re)start: every acknowledged probe back on the board and its worker started."""
-        probes = await asyncio.to_thread(self._store.load_all)
+        """After a (re)start: every acknowledged probe back on the board as the last daemon saw it (its state,
+        counts, last attempt, totals: no change without an attempt), and its worker started or adopted; the
+        kubelet bridge's rows too, their sandboxes kept warm."""
+        probes = await self._store.run(self._store.load_all)
+        observed = await self._store.run(self._store.load_observed)
         for row in self._store.corrupt_rows:
             log.error("a stored probe cannot be read and is not restored: %s", row.reason, extra={"probe_id": row.probe_id})
-        for probe in probes:
-            self._board.put(probe)
+        rows = [_with_stored_observations(p, observed.pop(p.probe_id, None)) for p in probes]
+        bridged = [p for p in observed.values() if not is_registered(p)]
+        self._board.restore(rows + bridged)
         for sid in sorted({p.pod_sandbox_id for p in probes}):
             await self._resume_sandbox(sid)
-        log.info("restored %d probes", len(probes))
+        for sid in sorted({p.pod_sandbox_id for p in bridged} - {p.pod_sandbox_id for p in probes}):
+            await self._keep_bridge_warm(sid)
+        log.info("restored %d probes and %d kubelet bridge rows", len(probes), len(bridged))
+
+    async def _keep_bridge_warm(self, sandbox_id: str) -> None:
+        """A sandbox the kubelet bridge probed: its worker stays (adopted if it runs), for the next ExecSync."""
+        try:
+            sandbox = await self._sandboxes.resolve(sandbox_id)
+        except (SandboxNotFound, SandboxNotReady) as exc:
+            await self._drop_gone_sandbox(sandbox_id, str(exc))
+            return
+        except RuntimeUnavailable:
+            return  # the next ExecSync brings it back
+        self._results.note_sandbox(sandbox)
+        self._supervisor.keep_warm(_target(sandbox))
 
     async def _resume_sandbox(self, sandbox_id: str) -> None:
         try:
@@ -313,7 +341,7 @@ class ProbeRegistry:
     async def _remove(self, probe_ids: list[str]) -> None:
         if not probe_ids:
             return
-        await asyncio.to_thread(self._store.delete, probe_ids)
+        await self._store.run(self._store.delete, probe_ids)
         for probe_id in probe_ids:
             probe = self._board.get(probe_id)
             if probe is None:

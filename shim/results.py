@@ -102,13 +102,62 @@ class ResultsManager:
             self._on_attempt(event.attempt)
         elif kind == "state_change":
             change = event.state_change
-            now = time.time_ns()
+            now = change.changed_at_unix_ns or time.time_ns()
 
             def set_state(p: service_pb.Probe) -> None:
                 p.state = change.state
                 p.state_changed_at = now
 
+            current = self._board.peek(change.probe_id)
+            if current is not None and current.state == change.state and current.state_changed_at:
+                return  # the board had it already (a worker resumed from it): no change, no revision
             self._board.update(change.probe_id, set_state)
+        elif kind == "snapshot":
+            for probe in event.snapshot.probes:
+                self._take_progress(probe.registration.probe_id, probe.progress)
+
+    def progress_of(self, probe_id: str) -> worker_pb.ProbeProgress | None:
+        """Where a probe stands, for a worker that starts it again; None if no worker ever ran it."""
+        probe = self._board.peek(probe_id)
+        if probe is None or not probe.state_changed_at:
+            return None
+        t = probe.totals
+        progress = worker_pb.ProbeProgress(
+            state=probe.state, state_changed_at_unix_ns=probe.state_changed_at,
+            consecutive_successes=probe.consecutive_successes,
+            consecutive_failures=probe.consecutive_failures, on_hold=probe.on_hold,
+            totals=worker_pb.AttemptCounts(success=t.success, warning=t.warning, failure=t.failure, unknown=t.unknown))
+        if probe.HasField("last_attempt"):
+            progress.last_attempt.CopyFrom(probe.last_attempt)
+        return progress
+
+    def _take_progress(self, probe_id: str, progress: worker_pb.ProbeProgress) -> None:
+        """An adopted worker's word on where a probe stands: it ran on while no daemon listened, so it is right.
+        The state changes here only if an attempt the daemon never heard of changed it."""
+        current = self._board.peek(probe_id)
+        if current is None:
+            return
+        if current.state != progress.state or not current.state_changed_at:
+            changed_at = progress.state_changed_at_unix_ns or time.time_ns()
+
+            def set_state(p: service_pb.Probe) -> None:
+                p.state = progress.state
+                p.state_changed_at = changed_at
+
+            self._board.update(probe_id, set_state)
+
+        def apply(p: service_pb.Probe) -> None:
+            if progress.HasField("last_attempt") and \
+                    progress.last_attempt.started_at_unix_ns >= p.last_attempt.started_at_unix_ns:
+                p.last_attempt.CopyFrom(progress.last_attempt)
+            p.consecutive_successes = progress.consecutive_successes
+            p.consecutive_failures = progress.consecutive_failures
+            p.on_hold = progress.on_hold
+            t = progress.totals
+            p.totals.success, p.totals.warning, p.totals.failure, p.totals.unknown = \
+                t.success, t.warning, t.failure, t.unknown
+
+        self._board.record_attempt(probe_id, apply)
 
     def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
         for probe in self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id)):

@@ -1,15 +1,22 @@
 """The daemon: wires the parts together, serves the socket, stops cleanly.
 
-Start-up order matters: the worker zygote is started first, before any grpc
-object exists in this process (the zygote is a fresh interpreter anyway, but no
-child of a process with grpc threads should ever be forked); then the store and
-the board, the registry restoring every acknowledged probe, and last the socket.
+Start-up order matters: the worker zygote is started (or an earlier daemon's found,
+with its running workers) first, before any grpc object exists in this process (the
+zygote is a fresh interpreter anyway, but no child of a process with grpc threads
+should ever be forked); then the store and the board as the last daemon left them, the
+registry restoring every acknowledged probe, the adopted workers taken over, and last
+the socket. Until then a client's connection is refused: it fails fast (UNAVAILABLE).
+
+Stopping: SIGTERM (systemd's stop and restart) hands the workers over to the next
+daemon (they go on probing, handover_timeout_s at most); SIGINT (Ctrl-C) stops them.
+Either way the board's last state is written before the daemon exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -34,6 +41,7 @@ from shim.registry import ProbeRegistry, is_registered
 from shim.results import ResultsManager
 from shim.sandboxes import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
+from shim.state_writer import StateWriter, board_identity
 from shim.status import StatusBoard
 from shim.store import DEFAULT_FILENAME, ProbeStore, StoreCorrupt
 from shim.supervisor import WorkerSupervisor
@@ -111,22 +119,27 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     # Read (and removed from the environment) before the zygote starts: no worker inherits it.
     notifier = Notifier.from_environment()
     stop = asyncio.Event()
+    stopped_by: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda sig=sig: (stopped_by.append(sig), stop.set()))
 
     gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
     _prepare_socket_path(config.socket_path)
     # The store creates the state dir (0700); StoreError (exit 1, one line) if it cannot be used.
     store = _open_store(os.path.join(config.state_dir, DEFAULT_FILENAME))
-    board = StatusBoard()
+    identity = board_identity(await store.run(store.load_meta))
+    board = StatusBoard(instance_id=identity.instance_id, revision=identity.revision,
+                        resume_point=identity.resume_point)
+    writer = StateWriter(store, board)
     tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
     metrics = ShimMetrics()
 
     upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
     sandboxes = NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream)
     results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
+    handover_dir = os.path.join(config.state_dir, "workers") if config.handover_timeout_s > 0 else ""
     supervisor = WorkerSupervisor(
-        Zygote.start,
+        functools.partial(Zygote.start, handover_dir=handover_dir, handover_timeout_s=config.handover_timeout_s),
         on_event=results.on_event,
         on_worker=results.on_worker,
         isolation=config.worker_isolation,
@@ -135,8 +148,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         user_agent_version=config.user_agent_version,
         run_as_uid=config.worker_uid,
         run_as_gid=config.worker_gid,
+        handover_dir=handover_dir,
+        progress_of=results.progress_of,
     )
-    await supervisor.start()  # the zygote, before any grpc object below
+    # The zygote (or the one left running, and its workers), before any grpc object below.
+    adopting = await supervisor.start(adopt=bool(handover_dir))
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
                              results=results)
 
@@ -170,6 +186,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             server.add_insecure_port(config.listen)  # binds now; connections are served from start()
         _restrict_socket(config.socket_path, gid)
         await registry.restore()
+        await supervisor.finish_adoption()
+        await writer.start(identity)
+        if adopting:
+            log.info("adopted the running workers", extra={"workers": adopting})
         await server.start()
         if config.metrics_listen:
             metrics.count_watchers_with(lambda: board.watcher_count)
@@ -195,7 +215,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             task.cancel()
         await health.enter_graceful_shutdown()
         await server.stop(grace=2)
-        await supervisor.close()
+        if stopped_by == [signal.SIGTERM]:
+            await supervisor.hand_over()
+        else:
+            await supervisor.close()
+        await writer.close()
         if metrics_server is not None:
             metrics_server.close()
             await metrics_server.wait_closed()

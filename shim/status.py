@@ -168,14 +168,27 @@ class _Watcher:
 
 # --- the board -----------------------------------------------------------------------------------------------------
 
+# What the board tells its listener (the state writer): a probe's id, the row now (None once removed), and
+# whether the change made a revision (an attempt does not).
+Listener = Callable[[str, "Probe | None", bool], None]
+
+
 class StatusBoard:
-    def __init__(self, *, history_size: int = 4096, watcher_queue: int = 1024, instance_id: str | None = None) -> None:
+    def __init__(self, *, history_size: int = 4096, watcher_queue: int = 1024, instance_id: str | None = None,
+                 revision: int = 0, resume_point: int | None = None) -> None:
+        """instance_id and revision: where an earlier daemon's board left off (state_writer.py keeps them), so that
+        watchers resume across a restart. resume_point: the last revision whose state is fully in the store; a
+        watcher resuming from it gets the changes from `revision` on (the revisions in between, if any, were
+        issued by a daemon that crashed before storing them: a watcher that saw one gets the full state)."""
         if history_size < 0:
             raise ValueError("history_size must be >= 0")
         if watcher_queue < 1:
             raise ValueError("watcher_queue must be >= 1")
         self.instance_id = instance_id or uuid.uuid4().hex
-        self._revision = 0
+        self._revision = revision
+        self._first_revision = revision
+        self._resume_point = resume_point
+        self._listener: Listener | None = None
         self._probes: dict[str, Probe] = {}
         self._history: collections.deque[Change] = collections.deque(maxlen=history_size)
         self._watcher_queue = watcher_queue
@@ -223,6 +236,18 @@ class StatusBoard:
 
     # --- changes -------------------------------------------------------------------------------
 
+    def listen(self, listener: Listener) -> None:
+        """One listener, told of every change (after it is made); it must not change the board."""
+        self._listener = listener
+
+    def restore(self, probes: Iterable[Probe]) -> None:
+        """Puts back the rows an earlier daemon had, each with its own revision: no new revision, no event (the
+        watchers that saw them resume from the revision they had)."""
+        for probe in probes:
+            stored = Probe()
+            stored.CopyFrom(probe)
+            self._probes[stored.probe_id] = stored
+
     def put(self, probe: Probe) -> int:
         """Adds or replaces a probe (the board keeps a copy); returns the new revision, also set as its revision."""
         stored = Probe()
@@ -251,6 +276,8 @@ class StatusBoard:
             return None
         self._revision += 1
         self._record(Change(self._revision, self._response(service_pb.REMOVED, identity(previous))))
+        if self._listener is not None:
+            self._listener(probe_id, None, True)
         return self._revision
 
     def record_attempt(self, probe_id: str, mutate: Callable[[Probe], None]) -> None:
@@ -269,6 +296,8 @@ class StatusBoard:
         probe.CopyFrom(current)
         mutate(probe)
         self._probes[probe_id] = probe
+        if self._listener is not None:
+            self._listener(probe_id, probe, False)
         targets = [w for w in self._watchers if w.every_attempt and matches(w.filter, probe)]
         if targets:
             response = self._response(service_pb.ATTEMPT, probe)
@@ -311,7 +340,10 @@ class StatusBoard:
                  filter: ProbeFilter) -> tuple[list[WatchResponse], int]:
         """What a new watcher gets before live changes, and the resume point it starts from."""
         if request.instance_id == self.instance_id:
-            missed = changes_since(self._history, self._revision, request.since_revision)
+            since = request.since_revision
+            if since == self._resume_point and self._history_floor() is not None:
+                since = self._history_floor()  # a restart's gap: nothing in it was stored, hence nothing missed
+            missed = changes_since(self._history, self._revision, since)
             if missed is not None:
                 return replay_responses(missed, filter), request.since_revision
         return snapshot_responses(self._probes.values(), filter, self.instance_id, self._revision), 0
@@ -329,7 +361,14 @@ class StatusBoard:
             if old != identity(probe):
                 left_view = self._response(service_pb.REMOVED, old)
         self._record(Change(self._revision, self._response(service_pb.UPDATED, probe), left_view))
+        if self._listener is not None:
+            self._listener(probe.probe_id, probe, True)
         return self._revision
+
+    def _history_floor(self) -> int | None:
+        """The revision the history starts after (this daemon's first), while the history still reaches it."""
+        floor = self._history[0].revision - 1 if self._history else self._revision
+        return floor if floor == self._first_revision else None
 
     def _record(self, change: Change) -> None:
         self._history.append(change)

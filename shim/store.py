@@ -1,11 +1,15 @@
 """Durable registrations: the probes RunProbe acknowledged, kept in SQLite under the state dir.
 
 Owns the database file (mode 0600), its schema (versioned with PRAGMA user_version, migrated forward on open)
-and its durability settings. Only a probe's registration is stored (what RunProbe was given, its id and
-creation time); results and worker status are observations and are rebuilt after a restart.
-
-Durability: WAL with synchronous=FULL, one transaction per call, so every commit is fsynced before save() or
-delete() returns. RunProbe acknowledges only what survives a crash or a power loss.
+and its durability settings. Two kinds of rows:
+- registrations (table probes): what RunProbe was given, its id and creation time. WAL with synchronous=FULL, one
+  transaction per call, so every commit is fsynced before save() or delete() returns: RunProbe acknowledges only
+  what survives a crash or a power loss.
+- observations (table probe_state, written by state_writer.py): what the daemon saw of each probe (its
+  thresholded state and what the thresholds need, last attempt, totals; for a kubelet bridge row, the whole row),
+  and the board's identity (table meta: instance id, revisions). Written behind the probes' backs, in batches,
+  with synchronous=NORMAL: such a commit survives the daemon's crash (the WAL is in the page cache), and a power
+  loss may take the last ones back, which only matters to a node whose pods are gone with it.
 
 Robustness: a row that cannot be read or decoded is skipped, logged and listed in `corrupt_rows`; it never stops
 the daemon from starting (the daemon also serves the CRI proxy, so refusing to start would cut kubelet off its
@@ -16,7 +20,7 @@ Faults of the machine rather than of the data (a read-only, full or unwritable s
 StoreUnavailable, at open and from save()/delete(), naming the state directory and the OS's reason; nothing is
 acknowledged that was not committed, and nothing is discarded because of them.
 
-Thread-safe: the daemon calls it through asyncio.to_thread; one connection, guarded by a lock.
+Thread-safe: the daemon calls it through run() (its own thread, calls in order); one connection, guarded by a lock.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +66,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             registration   BLOB    NOT NULL  -- a Probe holding only REGISTRATION_FIELDS
         )""",
         "CREATE INDEX probes_by_container ON probes (pod_sandbox_id, container_id)",
+    ),
+    (
+        """CREATE TABLE probe_state (
+            probe_id TEXT NOT NULL PRIMARY KEY,
+            observed BLOB NOT NULL  -- a Probe: the board's row without its worker status
+        )""",
+        "CREATE TABLE meta (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -208,6 +221,8 @@ class ProbeStore:
         self.path = Path(path)
         self.corrupt_rows: tuple[CorruptRow, ...] = ()  # what the last load_all() skipped
         self._lock = threading.Lock()
+        # One thread for every call made through run(): the writes happen in the order they were asked for.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe-store")
         try:
             _prepare_file(self.path)
         except OSError as exc:
@@ -228,6 +243,10 @@ class ProbeStore:
 
     # --- API ---------------------------------------------------------------------------
 
+    async def run(self, method: Callable, *args):
+        """Calls one of the methods below on the store's own thread, in the order of the calls."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, method, *args)
+
     def save(self, probe: service_pb.Probe) -> None:
         """Inserts or replaces the registration of probe.probe_id; durable when this returns."""
         if not probe.probe_id:
@@ -237,12 +256,55 @@ class ProbeStore:
             self._connection().execute(_UPSERT, row)  # autocommit: its own fsynced transaction
 
     def delete(self, probe_ids: Iterable[str]) -> None:
-        """Removes these probes (unknown ids are ignored) in one durable transaction."""
+        """Removes these probes (unknown ids are ignored), and what was observed of them, in one durable
+        transaction."""
         rows = [(probe_id,) for probe_id in probe_ids]
         if not rows:
             return
         with self._lock, self._writing(f"{len(rows)} probe(s) not removed"), self._transaction() as conn:
             conn.executemany("DELETE FROM probes WHERE probe_id = ?", rows)
+            conn.executemany("DELETE FROM probe_state WHERE probe_id = ?", rows)
+
+    def save_observed(self, rows: dict[str, bytes | None], meta: dict[str, str], durable: bool = False) -> None:
+        """Writes observations (None deletes one) and meta keys in one transaction; fsynced only if durable
+        (the daemon's last write before it stops, and the revision reservation)."""
+        upserts = [(pid, blob) for pid, blob in rows.items() if blob is not None]
+        deletes = [(pid,) for pid, blob in rows.items() if blob is None]
+        with self._lock, self._writing(f"{len(rows)} observation(s) not stored"):
+            conn = self._connection()
+            if not durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self._transaction() as tx:
+                    tx.executemany("INSERT INTO probe_state (probe_id, observed) VALUES (?, ?) ON CONFLICT "
+                                   "(probe_id) DO UPDATE SET observed = excluded.observed", upserts)
+                    tx.executemany("DELETE FROM probe_state WHERE probe_id = ?", deletes)
+                    tx.executemany("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                                   "SET value = excluded.value", list(meta.items()))
+            finally:
+                if not durable:
+                    conn.execute("PRAGMA synchronous = FULL")
+
+    def load_observed(self) -> dict[str, service_pb.Probe]:
+        """Every readable observation, by probe id (a row that does not decode is skipped and logged)."""
+        out: dict[str, service_pb.Probe] = {}
+        with self._lock:
+            rows = self._connection().execute("SELECT probe_id, observed FROM probe_state").fetchall()
+        for probe_id, blob in rows:
+            probe = service_pb.Probe()
+            try:
+                probe.ParseFromString(blob)
+                if probe.probe_id != probe_id:
+                    raise ValueError(f"the row is for probe {probe.probe_id!r}")
+            except (DecodeError, TypeError, ValueError) as exc:
+                log.error("skipping an unreadable observation in the store: %s", exc, extra={"probe_id": probe_id})
+                continue
+            out[probe_id] = probe
+        return out
+
+    def load_meta(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._connection().execute("SELECT key, value FROM meta").fetchall())
 
     def load_all(self) -> list[service_pb.Probe]:
         """Every readable registration, ordered by sandbox, container, type. Skipped rows: `corrupt_rows`."""
@@ -262,6 +324,7 @@ class ProbeStore:
         return probes
 
     def close(self) -> None:
+        self._executor.shutdown(wait=True)
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

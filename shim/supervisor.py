@@ -14,9 +14,16 @@ their sandbox, in the order the worker sent them.
 
 The zygote is also the netns broker: a worker whose zygote died loses its probe sockets and ends, and is
 restarted through the new zygote. The daemon is a child subreaper, so such a worker becomes the daemon's own
-child; its death is read from its pidfd (not from the zygote) and its exit status then from waitid. A worker
-dies with the daemon: the zygote kills its children when the daemon's end of its socket closes, and every
-worker exits at EOF of its own socket.
+child; its death is read from its pidfd (not from the zygote) and its exit status then from waitid.
+
+Handover (with a handover_dir): workers outlive the daemon. `hand_over()` detaches every worker and leaves the
+zygotes running; a crashed daemon leaves them running too. The next daemon's `start()` finds them (zygote_pool.py),
+makes a group per running worker that claims the worker's sandboxes, and once the registrations are back
+(`finish_adoption()`) takes each worker over: a new socket through its broker, the events it queued, a Snapshot of
+what it runs (whose progress goes to `on_event`), and only the changes the registrations need (adoption.py). A
+worker that cannot be adopted, or is not needed, is stopped; a needed one is then replaced, its probes resumed
+from `progress_of` (the daemon's board, itself restored from the store). Without a handover_dir a worker ends
+with the daemon: the zygote kills its children when the daemon's end of its socket closes.
 
 Nothing here is unbounded: frames are read by one protocol per worker and handed to
 `on_event` synchronously (no queue), requests wait with timeouts, and a worker that
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,9 +45,11 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
-from probe_api.worker_protocol import validate_registration, validate_run_once
+from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, validate_registration, validate_run_once
+from shim.adoption import probe_plan
+from shim.backoff import Backoff
 from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerConnection, WorkerUnavailable
-from shim.worker_process import EXIT_GRACE_S, WorkerProcess, set_child_subreaper
+from shim.worker_process import EXIT_GRACE_S, WorkerProcess
 from shim.worker_groups import (
     DEFAULT_SANDBOXES_PER_WORKER,
     POOLED,
@@ -49,7 +59,10 @@ from shim.worker_groups import (
     new_group_name,
     worker_open_files,
 )
-from shim.zygote import Zygote, ZygoteError
+from shim.zygote import SpawnedWorker, Zygote, ZygoteError
+from shim.zygote_pool import Adoption, ZygoteFactory, ZygotePool
+
+__all__ = ["Backoff", "SandboxTarget", "WorkerRejected", "WorkerSupervisor", "WorkerUnavailable"]
 
 log = logging.getLogger("probe_shim.supervisor")
 
@@ -60,7 +73,8 @@ _RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED
 
 OnEvent = Callable[[str, worker_pb.WorkerEvent], None]
 OnWorker = Callable[[str, service_pb.WorkerStatus], None]
-ZygoteFactory = Callable[[], Awaitable[Zygote]]
+ProgressOf = Callable[[str], "worker_pb.ProbeProgress | None"]
+ADOPT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -85,21 +99,6 @@ class WorkerRejected(Exception):
         self.errors = list(errors)
 
 
-class Backoff:
-    """Exponential restart delays, back to the initial one after a life long enough."""
-
-    def __init__(self, initial_s: float, max_s: float, reset_after_s: float) -> None:
-        self.initial_s, self.max_s, self.reset_after_s = initial_s, max_s, reset_after_s
-        self._next = initial_s
-
-    def next_delay(self, lived_s: float) -> float:
-        if lived_s >= self.reset_after_s:
-            self._next = self.initial_s
-        delay = self._next
-        self._next = min(self.max_s, self._next * 2)
-        return delay
-
-
 # --- groups and their sandboxes ---------------------------------------------------------------
 
 @dataclass
@@ -112,6 +111,7 @@ class _Group:
     conn: WorkerConnection | None = None  # set while RUNNING
     zygote: Zygote | None = None  # the one that forked the running worker: its broker holds the netns
     task: asyncio.Task[None] | None = None
+    adoption: Adoption | None = None  # an earlier daemon's worker, taken over by this group's first life
 
 
 @dataclass
@@ -129,6 +129,9 @@ class _Member:
     inflight: int = 0  # run_once calls: the worker must outlive them even with no probe
     pinned: bool = False  # ensure()d: kept with no probe until its last probe is removed
     kept_warm: bool = False  # the kubelet bridge probes here: kept until the sandbox stops
+    # In an adopted worker whose probes are not reconciled yet: registrations are kept, not sent (the adoption
+    # sends only what differs from what the worker runs).
+    reconciling: bool = False
 
 
 @dataclass
@@ -159,8 +162,11 @@ class WorkerSupervisor:
         run_as_gid: int = WORKER_GID,
         max_memory_bytes: int = 0,
         max_open_files: int = 0,
+        handover_dir: str = "",
+        progress_of: ProgressOf | None = None,
     ) -> None:
-        self._zygote_factory = zygote_factory
+        """handover_dir: where zygotes wait for the next daemon (their workers outlive this one); "" for none.
+        progress_of: where a probe stands (the daemon's board), for a worker that starts it again."""
         self._on_event = on_event
         self._on_worker = on_worker
         self._isolation = isolation
@@ -174,33 +180,63 @@ class WorkerSupervisor:
         self._config = worker_pb.WorkerConfig(
             user_agent_version=user_agent_version, run_as_uid=run_as_uid, run_as_gid=run_as_gid,
             max_memory_bytes=max_memory_bytes, max_open_files=max_open_files or worker_open_files(self._capacity),
-            heartbeat_interval_ms=heartbeat_interval_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms, outlives_daemon=bool(handover_dir),
+            protocol_version=WORKER_PROTOCOL_VERSION,
         )
+        self._progress_of = progress_of or (lambda probe_id: None)
         self._members: dict[str, _Member] = {}
         self._groups: dict[str, _Group] = {}
-        self._zygote: Zygote | None = None
-        self._zygote_lock = asyncio.Lock()
-        self._zygote_backoff = Backoff(*self._backoff)
-        self._zygote_started_at = 0.0
-        self._zygote_restart: asyncio.Task[None] | None = None
+        self._zygotes = ZygotePool(zygote_factory, self._backoff, handover_dir)
         self._closing = False
-        self._was_subreaper: int | None = None  # set while this supervisor adopts orphaned workers
 
     # --- API ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Starts the zygote now. The daemon calls this before it creates any grpc object."""
-        await self._get_zygote()
+    async def start(self, adopt: bool = True) -> int:
+        """Starts (or finds) the zygote now, and with `adopt` finds the workers an earlier daemon left running:
+        each becomes a group that claims its sandboxes, taken over by finish_adoption(). Returns how many.
+        The daemon calls this before it creates any grpc object."""
+        adoptions = await self._zygotes.start(adopt)
+        for adoption in adoptions:
+            config = adoption.worker.config
+            name = config.group or f"adopted#{adoption.worker.pid}"
+            group = _Group(name=name, tenancy=config.tenancy, stopping=asyncio.get_running_loop().create_future(),
+                           status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING), adoption=adoption)
+            self._groups[name] = group
+        return len(adoptions)
+
+    async def finish_adoption(self, timeout_s: float = ADOPT_TIMEOUT_S) -> None:
+        """The registrations are back: every adopted worker some sandbox needs is taken over (returns once each is
+        RUNNING or has failed, within timeout_s), and the others are stopped."""
+        adopted = [g for g in self._groups.values() if g.adoption is not None]
+        for group in adopted:
+            if group.members:
+                group.task = asyncio.create_task(self._supervise(group), name=f"worker {group.name}")
+            else:
+                del self._groups[group.name]
+                log.info("stopping a running worker no registration needs", extra={"group": group.name})
+                group.task = asyncio.create_task(self._stop_unneeded(group), name=f"stop {group.name}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for member in [m for g in adopted for m in g.members.values()]:
+            try:
+                await self._wait_until(member, lambda m=member: m.status.state != service_pb.WORKER_STARTING,
+                                       max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
+        await asyncio.gather(*(g.task for g in adopted if not g.members and g.task is not None),
+                             return_exceptions=True)
 
     @property
     def zygote(self) -> Zygote | None:
-        return self._zygote
+        return self._zygotes.spawner
 
     async def ensure(self, target: SandboxTarget) -> service_pb.WorkerStatus:
         """Has the sandbox served by a worker; returns once it is RUNNING, or FAILED / BACKOFF (its probes are
         kept and replayed when a worker serves it)."""
         member = self._member(target)
         member.pinned = True
+        if member.group.adoption is not None and member.group.task is None:
+            return self.status(target.sandbox_id)  # its running worker is taken over by finish_adoption()
         await self._wait_until(member, lambda: member.status.state != service_pb.WORKER_STARTING, None)
         return self.status(target.sandbox_id)
 
@@ -221,8 +257,8 @@ class WorkerSupervisor:
         previous = member.regs.get(reg.probe_id)
         member.regs[reg.probe_id] = stored
         conn = member.group.conn
-        if conn is None or not member.attached:
-            return  # replayed when the sandbox is attached
+        if conn is None or not member.attached or member.reconciling:
+            return  # replayed when the sandbox is attached (or, adopted, if the worker does not run it already)
         try:
             reply = await conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(probe=stored))
         except (WorkerUnavailable, TimeoutError) as exc:
@@ -244,7 +280,7 @@ class WorkerSupervisor:
             return
         member.pinned = bool(member.regs)
         conn = member.group.conn
-        if conn is not None and member.attached:
+        if conn is not None and member.attached and not member.reconciling:
             try:
                 await conn.request(self._request_timeout_s, remove_probe=worker_pb.RemoveProbe(
                     probe_id=probe_id, sandbox_id=sandbox_id))
@@ -313,6 +349,10 @@ class WorkerSupervisor:
             status.group_sandboxes = len(member.group.members)
         return status
 
+    def keep_warm(self, target: SandboxTarget) -> None:
+        """Keeps the sandbox in a worker with no probe registered, until it stops (the kubelet bridge's)."""
+        self._member(target).kept_warm = True
+
     def sandbox_ids(self) -> list[str]:
         return list(self._members)
 
@@ -327,15 +367,33 @@ class WorkerSupervisor:
             self._report(member, service_pb.WorkerStatus(state=service_pb.WORKER_NONE,
                                                          netns_path=member.target.netns_path))
         self._members.clear()
-        if self._zygote_restart is not None:
-            self._zygote_restart.cancel()
-            await asyncio.gather(self._zygote_restart, return_exceptions=True)
-        async with self._zygote_lock:
-            if self._zygote is not None:
-                await self._zygote.close()
-        if self._was_subreaper is not None:
-            set_child_subreaper(self._was_subreaper)
-            self._was_subreaper = None
+        await self._zygotes.close()
+
+    async def hand_over(self) -> None:
+        """Leaves every worker running for the next daemon: each is told to keep its events from now on (Detach,
+        so none is lost in between), then this daemon lets go of it and of the zygotes. Statuses are not
+        reported: the probes go on. Without a handover_dir this is close()."""
+        if not self._config.outlives_daemon:
+            await self.close()
+            return
+        self._closing = True
+        for member in self._members.values():
+            if member.attaching is not None:
+                member.attaching.cancel()
+        running = [g for g in self._groups.values() if g.conn is not None]
+        replies = await asyncio.gather(*(g.conn.request(self._stop_timeout_s, detach=worker_pb.Detach())
+                                         for g in running), return_exceptions=True)
+        for group, reply in zip(running, replies):
+            if isinstance(reply, BaseException):
+                log.warning("worker not detached (%s); it queues its events from the daemon's end on",
+                            reply or "no answer", extra={"group": group.name})
+        tasks = [g.task for g in self._groups.values() if g.task is not None]
+        for task in tasks:
+            task.cancel()  # a life's end lets go of its worker without a kill: only _bury kills
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._members.clear()
+        self._groups.clear()
+        await self._zygotes.hand_over()
 
     # --- sandboxes ----------------------------------------------------------------------------
 
@@ -357,6 +415,9 @@ class WorkerSupervisor:
         return member
 
     def _group_for(self, target: SandboxTarget) -> _Group:
+        for group in self._groups.values():
+            if group.adoption is not None and target.sandbox_id in group.adoption.worker.sandboxes:
+                return group  # the running worker that serves it already
         views = [GroupView(g.name, g.tenancy, len(g.members), open=not g.stopping.done()) for g in self._groups.values()]
         name = choose_group(views, tenancy=target.tenancy, isolation=self._isolation, capacity=self._capacity)
         if name is not None:
@@ -425,6 +486,27 @@ class WorkerSupervisor:
         detail = f": {member.status.last_error}" if member.status.last_error else ""
         return f"no running worker for sandbox {member.target.sandbox_id} ({state}{detail})"
 
+    def _with_progress(self, reg: worker_pb.ProbeRegistration) -> worker_pb.ProbeRegistration:
+        """The registration for a worker that does not run it yet, with where the probe stands (if it ran before:
+        a restarted worker or daemon must not make it start over from the type's initial state)."""
+        progress = self._progress_of(reg.probe_id)
+        if progress is None:
+            return reg
+        out = worker_pb.ProbeRegistration()
+        out.CopyFrom(reg)
+        out.progress.CopyFrom(progress)
+        return out
+
+    async def _stop_unneeded(self, group: _Group) -> None:
+        """An adopted worker no sandbox needs any more: killed (its broker forgets it when it is reaped)."""
+        adoption = group.adoption
+        proc = WorkerProcess(SpawnedWorker(pid=adoption.worker.pid, sock=None, pidfd=adoption.worker.pidfd,
+                                           exited=adoption.worker.exited))
+        proc.kill()
+        await asyncio.wait([proc.gone], timeout=KILL_TIMEOUT_S)
+        proc.close()
+        self._zygotes.release(adoption.zygote, {g.zygote for g in self._groups.values()})
+
     def _forward(self, group: _Group, event: worker_pb.WorkerEvent) -> None:
         kind = event.WhichOneof("msg")
         sandbox_id = event.attempt.sandbox_id if kind == "attempt" else event.state_change.sandbox_id
@@ -475,7 +557,7 @@ class WorkerSupervisor:
             return  # the watch of the worker sees why
         # Replayed synchronously with the switch to attached: an add_probe arriving meanwhile
         # either is in this snapshot or finds the sandbox attached and sends itself.
-        replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=reg)))
+        replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=self._with_progress(reg))))
                    for probe_id, reg in member.regs.items()]
         member.attached, member.error, member.netns_inode = True, "", assigned.netns_inode
         self._report(member)
@@ -535,35 +617,101 @@ class WorkerSupervisor:
                 return
 
     async def _live(self, group: _Group) -> _LifeEnd:
-        """One worker, from spawn to death; returns why it ended (stopping: returns at once)."""
+        """One worker, from spawn (or adoption) to death; returns why it ended (stopping: returns at once)."""
         self._set(group, service_pb.WORKER_STARTING, pid=0)
-        config = worker_pb.WorkerConfig()
-        config.CopyFrom(self._config)
-        config.group = group.name
-        try:
-            zygote = await self._get_zygote()
-            worker = await zygote.spawn(config, self._start_timeout_s)
-        except (ZygoteError, TimeoutError) as exc:
-            return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
+        adoption, group.adoption = group.adoption, None
+        if adoption is not None:
+            zygote = adoption.zygote
+            worker = SpawnedWorker(pid=adoption.worker.pid, sock=None, pidfd=adoption.worker.pidfd,
+                                   exited=adoption.worker.exited)
+        else:
+            config = worker_pb.WorkerConfig()
+            config.CopyFrom(self._config)
+            config.group, config.tenancy = group.name, group.tenancy
+            try:
+                zygote = await self._zygotes.get()
+                worker = await zygote.spawn(config, self._start_timeout_s)
+            except (ZygoteError, TimeoutError) as exc:
+                return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
         proc = WorkerProcess(worker)
         conn = WorkerConnection(lambda event: self._forward(group, event))
         try:
+            if adoption is not None:
+                try:
+                    worker.sock = await self._reattach(group, adoption)
+                except (ZygoteError, TimeoutError) as exc:
+                    return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no answer'}")
             try:
                 await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=worker.sock)
             except OSError as exc:
                 worker.sock.close()
                 return await self._bury(proc, conn, f"cannot watch the worker's socket: {exc}")
-            return await self._serve(group, zygote, proc, conn)
+            return await self._serve(group, zygote, proc, conn, adopted=adoption is not None)
         finally:
             group.conn = group.zygote = None
             for member in group.members.values():
-                member.attached = False
+                member.attached = member.reconciling = False
                 if member.attaching is not None:
                     member.attaching.cancel()
             conn.fail("stopped")
             proc.close()
+            self._zygotes.release(zygote, {g.zygote for g in self._groups.values()})
 
-    async def _serve(self, group: _Group, zygote: Zygote, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
+    async def _reattach(self, group: _Group, adoption: Adoption) -> socket.socket:
+        """A new socket to the adopted worker, passed on by its broker. Its sandboxes count as attached from now
+        on: the events it queued while no daemon listened are theirs, and come first."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await adoption.zygote.reattach(adoption.worker.pid, theirs)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        for sandbox_id, inode in adoption.worker.sandboxes.items():
+            member = group.members.get(sandbox_id)
+            if member is not None:
+                member.attached, member.reconciling, member.netns_inode = True, True, inode
+        return ours
+
+    async def _take_over(self, group: _Group, zygote: Zygote, pid: int, conn: WorkerConnection) -> None:
+        """An adopted worker: what it runs (Snapshot) reaches the results first, then it is changed to run
+        exactly the registrations, touching nothing else: sandboxes nobody needs leave, probes nobody registered
+        stop, probes that differ (or are missing) are sent with their progress."""
+        reply = await conn.request(self._request_timeout_s, resume=worker_pb.Resume())
+        snapshot = reply.snapshot
+        ours = worker_pb.Snapshot(dropped_events=snapshot.dropped_events)
+        ours.probes.extend(p for p in snapshot.probes if p.registration.sandbox_id in group.members)
+        if ours.probes:
+            self._on_event("", worker_pb.WorkerEvent(snapshot=ours))
+        if snapshot.dropped_events:
+            log.warning("the worker dropped %d events while no daemon listened", snapshot.dropped_events,
+                        extra={"group": group.name})
+        for sandbox in snapshot.sandboxes:
+            if sandbox.sandbox_id not in group.members:
+                await conn.request(self._request_timeout_s, remove_sandbox=worker_pb.RemoveSandbox(
+                    sandbox_id=sandbox.sandbox_id))
+                await zygote.unassign(pid, sandbox.sandbox_id)
+        running: dict[str, dict[str, worker_pb.ProbeRegistration]] = {}
+        for probe in snapshot.probes:
+            running.setdefault(probe.registration.sandbox_id, {})[probe.registration.probe_id] = probe.registration
+        for member in group.members.values():
+            if not member.reconciling:
+                continue
+            member.reconciling = False
+            now = running.get(member.target.sandbox_id, {})
+            plan = probe_plan(member.regs, now)
+            for probe_id in plan.remove:
+                conn.submit(expect_reply=False, remove_probe=worker_pb.RemoveProbe(
+                    probe_id=probe_id, sandbox_id=member.target.sandbox_id))
+            for probe_id, reg in member.regs.items():
+                if probe_id not in plan.add and not reg.container.started_at_unix_ns:
+                    reg.container.started_at_unix_ns = now[probe_id].container.started_at_unix_ns
+            for probe_id in plan.add:
+                conn.submit(add_probe=worker_pb.AddProbe(probe=self._with_progress(member.regs[probe_id])))
+
+    async def _serve(self, group: _Group, zygote: Zygote, proc: WorkerProcess, conn: WorkerConnection,
+                     adopted: bool = False) -> _LifeEnd:
         ended = {conn.lost, proc.gone, group.stopping}
         done, _ = await asyncio.wait(ended | {conn.first}, timeout=self._start_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -580,6 +728,14 @@ class WorkerSupervisor:
         ready = first.ready
         if conn.lost.done():  # Ready, then gone at once
             return await self._bury(proc, conn, None)
+        if adopted:
+            if ready.protocol_version != WORKER_PROTOCOL_VERSION:
+                return await self._bury(proc, conn, f"the running worker speaks worker protocol "
+                                                    f"{ready.protocol_version}, not {WORKER_PROTOCOL_VERSION}")
+            try:
+                await self._take_over(group, zygote, ready.pid, conn)
+            except (WorkerUnavailable, TimeoutError) as exc:
+                return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no snapshot'}")
         group.conn, group.zygote = conn, zygote
         # last_error stays: why the previous life ended is what an operator looking at restarts wants to know.
         self._set(group, service_pb.WORKER_RUNNING, pid=ready.pid, started_at=time.time_ns())
@@ -587,7 +743,8 @@ class WorkerSupervisor:
                                           "restarts": group.status.restarts})
         for member in list(group.members.values()):
             member.error = ""
-            self._start_attaching(member)
+            if not member.attached:  # adopted ones are attached already
+                self._start_attaching(member)
 
         loop = asyncio.get_running_loop()
         tick = min(self._heartbeat_interval_s, self._heartbeat_timeout_s / 4)
@@ -628,36 +785,3 @@ class WorkerSupervisor:
                 pass
             await asyncio.wait([proc.gone], timeout=self._stop_timeout_s)
         return await self._bury(proc, conn, "stopped")
-
-    # --- the zygote -------------------------------------------------------------------------------
-
-    async def _get_zygote(self) -> Zygote:
-        async with self._zygote_lock:
-            if self._closing:
-                raise ZygoteError("the supervisor is closing")
-            if self._zygote is None or not self._zygote.alive:
-                if self._was_subreaper is None:
-                    # Before the first fork: a worker orphaned by a dead zygote must become our child
-                    # (reaped here, with its exit status), not init's.
-                    self._was_subreaper = set_child_subreaper(1)
-                self._zygote = await self._zygote_factory()
-                self._zygote_started_at = asyncio.get_running_loop().time()
-                self._zygote.died.add_done_callback(self._on_zygote_died)
-            return self._zygote
-
-    def _on_zygote_died(self, died: asyncio.Future[str]) -> None:
-        if self._closing or died.cancelled():
-            return
-        lived = asyncio.get_running_loop().time() - self._zygote_started_at
-        delay = self._zygote_backoff.next_delay(lived)
-        log.warning("%s; starting a new one in %.3gs", died.result(), delay)
-        # Started ahead of demand, so that the next new sandbox does not wait for its imports.
-        if self._zygote_restart is None or self._zygote_restart.done():
-            self._zygote_restart = asyncio.create_task(self._restart_zygote(delay), name="zygote restart")
-
-    async def _restart_zygote(self, delay: float) -> None:
-        await asyncio.sleep(delay)
-        try:
-            await self._get_zygote()
-        except ZygoteError as exc:
-            log.error("zygote restart failed: %s", exc)

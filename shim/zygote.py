@@ -11,11 +11,13 @@ This module imports nothing of the worker: the zygote process imports it, so it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,6 +30,10 @@ from cri_proto import zygote_pb2 as zygote_pb
 log = logging.getLogger("shim.zygote")
 
 MAX_PACKET = 1 << 16  # a Spawn is a WorkerConfig: a few hundred bytes
+# Bumped whenever a daemon and a zygote of different values could misunderstand each other: a daemon adopts a
+# running zygote's workers only if the zygote speaks its version. 2: handover (Hello versions, Adopt, Reattach).
+ZYGOTE_PROTOCOL_VERSION = 2
+HANDOVER_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 30.0
 SPAWN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
@@ -64,6 +70,36 @@ def exit_from_waitid(pid: int, code: int, status: int) -> WorkerExit:
     return WorkerExit(pid=pid, signal=status)
 
 
+# --- the handover sockets (both sides) ------------------------------------------------------
+
+def handover_socket_name(pid: int) -> str:
+    return f"zygote-{pid}.sock"
+
+
+def handover_sockets(directory: str) -> list[str]:
+    """The handover sockets in a directory, oldest zygote first (pids are not an age: sorted by mtime)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("zygote-") and n.endswith(".sock")]
+    except FileNotFoundError:
+        return []
+    paths = [os.path.join(directory, n) for n in names]
+    return sorted(paths, key=lambda p: (os.stat(p).st_mtime_ns if os.path.exists(p) else 0, p))
+
+
+@contextlib.contextmanager
+def unix_address(path: str):
+    """An address for bind/connect even when `path` is longer than sun_path's 107 bytes (a deep state_dir):
+    then it is reached through /proc/self/fd/N of its directory, which the kernel resolves like the path."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    dirfd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{dirfd}/{os.path.basename(path)}"
+    finally:
+        os.close(dirfd)
+
+
 # --- the daemon side ----------------------------------------------------------------------
 
 class ZygoteError(Exception):
@@ -95,22 +131,41 @@ class SpawnedWorker:
             self.pidfd = None
 
 
-class Zygote:
-    """Daemon side of one zygote process; asyncio, no thread."""
+@dataclass
+class AdoptableWorker:
+    """A worker running under a zygote this daemon did not start (Adopt): its pidfd, its config, its netns."""
 
-    def __init__(self, proc: subprocess.Popen, control: socket.socket, on_exit: Callable[[WorkerExit], None] | None) -> None:
+    pid: int
+    config: worker_pb.WorkerConfig
+    sandboxes: dict[str, int]  # sandbox id -> the inode of the netns the broker holds for it
+    pidfd: int | None
+    exited: asyncio.Future[WorkerExit] = field(repr=False)
+
+
+class Zygote:
+    """Daemon side of one zygote process; asyncio, no thread. Started here (`start`), or found running under the
+    handover directory after a restart (`connect`): then it is not this daemon's child, and its exit status and
+    its workers' come from nobody (their pidfds still say when they end)."""
+
+    def __init__(self, pid: int, control: socket.socket, proc: subprocess.Popen | None,
+                 on_exit: Callable[[WorkerExit], None] | None) -> None:
         self.proc = proc
-        self.pid = proc.pid
+        self.pid = pid
         self._control = control
         self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
         self._seq = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}  # a Spawn's (pid, pidfd, exited), an Assign's Assigned
+        self._pending: dict[int, asyncio.Future] = {}  # a Spawn's (pid, pidfd, exited), an Assign's Assigned...
+        self._adopting: dict[int, list[AdoptableWorker]] = {}  # Adoptable answers so far, by the Adopt's seq
         self._workers: dict[int, asyncio.Future[WorkerExit]] = {}
         self.hello: asyncio.Future[zygote_pb.Hello] = self._loop.create_future()
         self.died: asyncio.Future[str] = self._loop.create_future()  # why it ended; set once reaped
         self._lost = False
-        self._pidfd = os.pidfd_open(proc.pid)
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError as exc:
+            control.close()
+            raise ZygoteError(f"zygote {pid} is gone: {exc.strerror}") from None
         self._loop.add_reader(self._control.fileno(), self._on_readable)
         self._loop.add_reader(self._pidfd, self._on_process_exit)
 
@@ -125,10 +180,13 @@ class Zygote:
         relocate: bool = True,
         fill_holes: bool = True,
         merge_pages: bool = False,
+        handover_dir: str = "",
+        handover_timeout_s: float = HANDOVER_TIMEOUT_S,
         start_timeout_s: float = START_TIMEOUT_S,
         on_exit: Callable[[WorkerExit], None] | None = None,
     ) -> "Zygote":
-        """Starts `python -m shim.zygote_process` and waits until its imports are done."""
+        """Starts `python -m shim.zygote_process` and waits until its imports are done. With handover_dir, the
+        zygote and its workers outlive this daemon (close() still stops them; detach() leaves them running)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-P", "-m", "shim.zygote_process", "--fd", str(theirs.fileno())]
         argv += [] if gc_freeze else ["--no-gc-freeze"]
@@ -137,6 +195,7 @@ class Zygote:
         argv += [] if relocate else ["--no-relocate"]
         argv += [] if fill_holes else ["--no-fill-holes"]
         argv += ["--merge-pages"] if merge_pages else []
+        argv += ["--handover-dir", handover_dir, "--handover-timeout", str(handover_timeout_s)] if handover_dir else []
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
@@ -149,14 +208,35 @@ class Zygote:
         finally:
             theirs.close()
         ours.setblocking(False)
-        zygote = cls(proc, ours, on_exit)
-        try:
-            await asyncio.wait_for(asyncio.shield(zygote.hello), start_timeout_s)
-        except (TimeoutError, ZygoteError) as exc:
-            await zygote.close()
-            raise ZygoteError(f"the zygote did not start: {exc or 'no hello within ' + str(start_timeout_s) + 's'}") from None
+        zygote = cls(proc.pid, ours, proc, on_exit)
+        await zygote._wait_for_hello(start_timeout_s)
         log.info("zygote started", extra={"pid": zygote.pid, "modules": zygote.hello.result().preloaded_modules})
         return zygote
+
+    @classmethod
+    async def connect(cls, path: str, *, timeout_s: float = SPAWN_TIMEOUT_S,
+                      on_exit: Callable[[WorkerExit], None] | None = None) -> "Zygote":
+        """The zygote of an earlier daemon, waiting at its handover socket; ZygoteError if it is gone or busy."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            with unix_address(path) as address:
+                await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, address), timeout_s)
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                            struct.calcsize("3i")))
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            raise ZygoteError(f"no zygote at {path}: {getattr(exc, 'strerror', None) or 'no answer'}") from None
+        zygote = cls(pid, sock, None, on_exit)
+        await zygote._wait_for_hello(timeout_s)
+        return zygote
+
+    async def _wait_for_hello(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(self.hello), timeout_s)
+        except (TimeoutError, ZygoteError) as exc:
+            await self.close()
+            raise ZygoteError(f"the zygote did not start: {exc or 'no hello within ' + str(timeout_s) + 's'}") from None
 
     @property
     def alive(self) -> bool:
@@ -209,18 +289,68 @@ class Zygote:
             except ZygoteError:
                 pass
 
+    async def adopt(self, timeout_s: float = SPAWN_TIMEOUT_S) -> list[AdoptableWorker]:
+        """The workers running under this zygote (one forked for an earlier daemon), each with its pidfd."""
+        if not self.alive:
+            raise ZygoteError("the zygote is not running")
+        seq = next(self._seq)
+        reply = self._pending[seq] = self._loop.create_future()
+        self._adopting[seq] = []
+        try:
+            await self._send(zygote_pb.ZygoteRequest(seq=seq, adopt=zygote_pb.Adopt()))
+            return await asyncio.wait_for(reply, timeout_s)
+        finally:
+            self._pending.pop(seq, None)
+            for worker in self._adopting.pop(seq, None) or []:  # not answered in full: nobody takes these
+                if worker.pidfd is not None:
+                    os.close(worker.pidfd)
+
+    async def reattach(self, worker_pid: int, sock: socket.socket, timeout_s: float = SPAWN_TIMEOUT_S) -> None:
+        """Passes the worker `sock` (its end of a new socketpair) as its daemon's socket; ZygoteError says why not."""
+        if not self.alive:
+            raise ZygoteError("the zygote is not running")
+        seq = next(self._seq)
+        reply = self._pending[seq] = self._loop.create_future()
+        try:
+            await self._send(zygote_pb.ZygoteRequest(seq=seq, reattach=zygote_pb.Reattach(worker_pid=worker_pid)),
+                             sock.fileno())
+            await asyncio.wait_for(reply, timeout_s)
+        finally:
+            self._pending.pop(seq, None)
+
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Closes the control socket (the zygote then kills its workers and exits) and reaps it."""
+        """Stops the zygote and every worker it forked (Shutdown), and reaps it."""
+        if self.alive:
+            with contextlib.suppress(ZygoteError):
+                await self._send(zygote_pb.ZygoteRequest(shutdown=zygote_pb.Shutdown()))
         self._connection_lost("zygote closed")
         try:
             await asyncio.wait_for(asyncio.shield(self.died), timeout_s)
         except TimeoutError:
-            self.proc.kill()
+            self._kill()
             await asyncio.shield(self.died)
+
+    def detach(self) -> None:
+        """Leaves the zygote and its workers running for the next daemon (a handover): our end closes without a
+        Shutdown. Only for a zygote started with a handover_dir; any other one stops at once."""
+        self._connection_lost("handed over")
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if not self.died.done():
+            self.died.set_result("handed over to the next daemon")
+
+    def _kill(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     # --- internals ---------------------------------------------------------------------
 
     async def _send(self, request: zygote_pb.ZygoteRequest, fd: int | None = None) -> None:
+        if self._lost:
+            raise ZygoteError("the zygote is not running")
         data = request.SerializeToString()
         while True:
             try:
@@ -257,7 +387,7 @@ class Zygote:
                 for fd in fds:
                     os.close(fd)
                 log.error("protocol error from the zygote: %s", exc)
-                self.proc.kill()
+                self._kill()
                 self._connection_lost("zygote protocol error")
                 return
             self._dispatch(event, fds)
@@ -279,6 +409,16 @@ class Zygote:
             reply.set_result(event.assigned)
         elif kind == "assign_failed" and reply is not None and not reply.done():
             reply.set_exception(ZygoteError(event.assign_failed.message))
+        elif kind == "reattached" and reply is not None and not reply.done():
+            reply.set_result(None)
+        elif kind == "adoptable" and event.seq in self._adopting:
+            exited = self._workers.setdefault(event.adoptable.pid, self._loop.create_future())
+            self._adopting[event.seq].append(AdoptableWorker(
+                pid=event.adoptable.pid, config=event.adoptable.config, pidfd=fds[0] if fds else None,
+                sandboxes={a.sandbox_id: a.netns_inode for a in event.adoptable.sandboxes}, exited=exited))
+            fds = fds[1:]
+        elif kind == "adopt_done" and reply is not None and not reply.done():
+            reply.set_result(self._adopting.pop(event.seq, []))
         elif kind == "exited":
             ex = event.exited
             status = WorkerExit(pid=ex.pid, exit_code=None if ex.signal else ex.exit_code, signal=ex.signal or None)
@@ -311,11 +451,15 @@ class Zygote:
 
     def _on_process_exit(self) -> None:
         self._loop.remove_reader(self._pidfd)
-        returncode = self.proc.wait()  # exited: does not block
+        if self.proc is not None:
+            returncode = self.proc.wait()  # exited: does not block
+            status = WorkerExit(pid=self.pid, exit_code=returncode if returncode >= 0 else None,
+                                signal=-returncode if returncode < 0 else None)
+        else:  # adopted: another daemon's child, reaped by whoever its parent is now
+            returncode, status = None, WorkerExit(pid=self.pid, reason="exited")
         os.close(self._pidfd)
+        self._pidfd = None
         self._connection_lost("zygote died")
-        status = WorkerExit(pid=self.pid, exit_code=returncode if returncode >= 0 else None,
-                            signal=-returncode if returncode < 0 else None)
         reason = f"zygote {status.describe()}"
         if not self.died.done():
             self.died.set_result(reason)

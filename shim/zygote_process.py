@@ -12,12 +12,18 @@ It is also the netns broker (shim/netns_broker.py): privileged and single-thread
 broker channel when it forks it, holds the netns of every sandbox the daemon assigns to a worker, and answers the
 workers' SocketRequests from the same poll loop. A worker whose zygote died loses its broker and ends; the daemon
 starts a new zygote and, through it, new workers.
+
+Handover: the zygote and its workers outlive the daemon (a crash, a restart, an upgrade). With --handover-dir it
+listens on DIR/zygote-PID.sock; when the daemon's end closes without a Shutdown it keeps everything running and
+waits there, up to --handover-timeout seconds, for the next daemon, which adopts the workers (Adopt lists them,
+Reattach passes each a new daemon socket over its broker channel). Nobody in time: it kills its workers and exits.
 """
 
 from __future__ import annotations
 
 import _signal
 import argparse
+import contextlib
 import ctypes
 import gc
 import logging
@@ -27,6 +33,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 
 from cri_proto import probe_worker_pb2 as worker_pb
@@ -35,7 +42,9 @@ import probe_worker.main as worker_main  # the preload: every forked worker shar
 from probe_worker.channel import BlockingChannel
 from probe_worker.pod_ips import discover_pod_ips
 from shim.netns_broker import BrokerError, NetnsBroker
-from shim.zygote import MAX_PACKET, exit_from_waitid
+from probe_api.defaults import SHIM_VERSION
+from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
+from shim.zygote import MAX_PACKET, ZYGOTE_PROTOCOL_VERSION, exit_from_waitid, handover_socket_name, unix_address
 from shim.zygote_prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
 
 log = logging.getLogger("shim.zygote")
@@ -48,6 +57,27 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _send(control: socket.socket, event: zygote_pb.ZygoteEvent, fds: list[int] | None = None) -> None:
     socket.send_fds(control, [event.SerializeToString()], fds or [])
+
+
+def _hello(adopted: bool) -> zygote_pb.ZygoteEvent:
+    return zygote_pb.ZygoteEvent(hello=zygote_pb.Hello(
+        pid=os.getpid(), preloaded_modules=len(sys.modules), gc_frozen=gc.get_freeze_count() > 0,
+        protocol_version=ZYGOTE_PROTOCOL_VERSION, worker_protocol_version=WORKER_PROTOCOL_VERSION,
+        version=SHIM_VERSION, adopted=adopted))
+
+
+def _listen(directory: str) -> tuple[socket.socket, str]:
+    """The handover socket, DIR/zygote-PID.sock (0600 in a 0700 directory: the daemon's user only)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, handover_socket_name(os.getpid()))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a zygote that had our pid before us, long gone
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    with unix_address(path) as address:
+        listener.bind(address)
+    os.chmod(path, 0o600)
+    listener.listen(4)
+    return listener, path
 
 
 def _recv(control: socket.socket) -> tuple[zygote_pb.ZygoteRequest | None, list[int]]:
@@ -65,11 +95,13 @@ def _recv(control: socket.socket) -> tuple[zygote_pb.ZygoteRequest | None, list[
 class _ZygoteProcess:
     """The blocking loop: poll the control socket and one pidfd per live child."""
 
-    def __init__(self, control: socket.socket, gc_freeze: bool, child_gc_threshold: int) -> None:
-        self.control = control
+    def __init__(self, control: socket.socket, gc_freeze: bool, child_gc_threshold: int,
+                 handover_dir: str = "", handover_timeout_s: float = 0.0) -> None:
+        self.control: socket.socket | None = control  # None while no daemon is connected (handover)
         self.gc_freeze = gc_freeze
         self.child_gc_threshold = child_gc_threshold
         self.children: dict[int, int] = {}  # pidfd -> pid
+        self.configs: dict[int, worker_pb.WorkerConfig] = {}  # pid -> what it was spawned with
         self.channels: dict[int, int] = {}  # broker channel fd -> worker pid
         self.broker = NetnsBroker(find_pod_ips=discover_pod_ips)
         # epoll, not poll: with a worker per sandbox the zygote watches two descriptors per worker (its pidfd and
@@ -79,25 +111,122 @@ class _ZygoteProcess:
         self.poller.register(control, select.EPOLLIN)
         self.pid = os.getpid()
         self.max_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.listener: socket.socket | None = None
+        self.handover_path = ""
+        self.handover_timeout_s = handover_timeout_s
+        self.orphaned_at: float | None = None  # when the last daemon went, while none is connected
+        if handover_dir:
+            self.listener, self.handover_path = _listen(handover_dir)
+            self.poller.register(self.listener, select.EPOLLIN)
 
     def serve(self) -> int:
-        """Until the daemon's end closes (a malformed request ends the zygote: the daemon starts another)."""
+        """Until Shutdown, or the daemon's end closes with no handover (or none came in time). A malformed request
+        ends the zygote: the daemon starts another."""
         while True:
-            for fd, _ in self.poller.poll():
-                if fd == self.control.fileno():
+            events = self.poller.poll(self._orphan_wait_s())
+            if not events and self.orphaned_at is not None and self._orphan_wait_s() == 0:
+                log.warning("no daemon adopted the workers within %gs; stopping them", self.handover_timeout_s)
+                return self._end()
+            for fd, _ in events:
+                if self.control is not None and fd == self.control.fileno():
                     request, fds = _recv(self.control)
+                    if request is None and self.listener is None:
+                        return self._end()
                     if request is None:
-                        self._kill_children()
-                        self.broker.close()
-                        return 0
-                    self._handle(request, fds)
+                        self._orphan()
+                    elif request.WhichOneof("msg") == "shutdown":
+                        for extra in fds:
+                            os.close(extra)
+                        return self._end()
+                    else:
+                        self._handle(request, fds)
+                elif self.listener is not None and fd == self.listener.fileno():
+                    self._accept()
                 elif fd in self.children:
                     self._reap(fd)
                 elif fd in self.channels and not self.broker.serve_channel(self.channels[fd]):
                     self._forget_channel(fd)
 
+    # --- handover --------------------------------------------------------------------------------------
+
+    def _orphan_wait_s(self) -> float | None:
+        if self.orphaned_at is None:
+            return None
+        return max(0.0, self.orphaned_at + self.handover_timeout_s - time.monotonic())
+
+    def _orphan(self) -> None:
+        """The daemon went without a Shutdown: its workers run on, and the next daemon may adopt them."""
+        self.poller.unregister(self.control)
+        self.control.close()
+        self.control = None
+        self.orphaned_at = time.monotonic()
+        log.info("the daemon is gone; %d workers wait up to %gs for the next one at %s", len(self.children),
+                 self.handover_timeout_s, self.handover_path)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        if self.control is not None:
+            conn.close()  # one daemon at a time: the one connected keeps its workers
+            return
+        conn.setblocking(True)
+        self.control, self.orphaned_at = conn, None
+        self.poller.register(conn, select.EPOLLIN)
+        self._send(_hello(adopted=True))
+
+    def _adopt(self, seq: int) -> None:
+        for pidfd, pid in self.children.items():
+            self._send(zygote_pb.ZygoteEvent(seq=seq, adoptable=zygote_pb.Adoptable(
+                pid=pid, config=self.configs.get(pid),
+                sandboxes=[zygote_pb.Assignment(sandbox_id=sid, netns_inode=inode)
+                           for sid, inode in self.broker.assignments(pid)])), [pidfd])
+        self._send(zygote_pb.ZygoteEvent(seq=seq, adopt_done=zygote_pb.AdoptDone(workers=len(self.children))))
+
+    def _reattach(self, seq: int, reattach: zygote_pb.Reattach, fds: list[int]) -> None:
+        try:
+            if len(fds) != 1:
+                raise BrokerError(f"a reattach request with exactly one descriptor was expected, got {len(fds)}")
+            self.broker.pass_control(reattach.worker_pid, fds[0])
+        except BrokerError as exc:
+            self._send(zygote_pb.ZygoteEvent(seq=seq, assign_failed=zygote_pb.AssignFailed(message=str(exc))))
+        else:
+            self._send(zygote_pb.ZygoteEvent(seq=seq, reattached=zygote_pb.Reattached()))
+        finally:
+            for fd in fds:
+                os.close(fd)  # in flight, the worker's copy is the kernel's
+
+    def _end(self) -> int:
+        self._kill_children()
+        self.broker.close()
+        if self.listener is not None:
+            self.listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.handover_path)
+        return 0
+
+    def _send(self, event: zygote_pb.ZygoteEvent, fds: list[int] | None = None) -> None:
+        """To the daemon, if one is connected (a worker's exit while none is: the next one finds it gone)."""
+        if self.control is None:
+            return
+        try:
+            _send(self.control, event, fds)
+        except OSError:
+            pass  # the daemon is going: its EOF comes next
+
+    # --- requests ----------------------------------------------------------------------------------------
+
     def _handle(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
         kind = request.WhichOneof("msg")
+        if kind == "adopt":
+            for fd in fds:
+                os.close(fd)
+            self._adopt(request.seq)
+            return
+        if kind == "reattach":
+            self._reattach(request.seq, request.reattach, fds)
+            return
         if kind in ("assign", "unassign"):
             for fd in fds:
                 os.close(fd)
@@ -109,7 +238,7 @@ class _ZygoteProcess:
         if kind != "spawn" or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
-            _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
+            self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
                 message=f"a spawn request with exactly one descriptor was expected, got "
                         f"{request.WhichOneof('msg')} with {len(fds)}")))
             return
@@ -123,7 +252,7 @@ class _ZygoteProcess:
             os.close(worker_fd)
             ours.close()
             theirs.close()
-            _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
+            self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
                 message=f"fork failed: {exc.strerror}")))
             return
         if pid == 0:
@@ -135,17 +264,18 @@ class _ZygoteProcess:
         self.poller.register(ours, select.EPOLLIN)
         pidfd = os.pidfd_open(pid)  # the child cannot be reaped before we poll it: it stays valid
         self.children[pidfd] = pid
+        self.configs[pid] = request.spawn.config
         self.poller.register(pidfd, select.EPOLLIN)
-        _send(self.control, zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(pid=pid)), [pidfd])
+        self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(pid=pid)), [pidfd])
 
     def _assign(self, seq: int, assign: zygote_pb.Assign) -> None:
         try:
             inode, pod_ips = self.broker.assign(assign.worker_pid, assign.sandbox_id, assign.netns_path,
                                                 assign.find_pod_ips)
         except (BrokerError, OSError) as exc:
-            _send(self.control, zygote_pb.ZygoteEvent(seq=seq, assign_failed=zygote_pb.AssignFailed(message=str(exc))))
+            self._send(zygote_pb.ZygoteEvent(seq=seq, assign_failed=zygote_pb.AssignFailed(message=str(exc))))
             return
-        _send(self.control, zygote_pb.ZygoteEvent(seq=seq, assigned=zygote_pb.Assigned(netns_inode=inode,
+        self._send(zygote_pb.ZygoteEvent(seq=seq, assigned=zygote_pb.Assigned(netns_inode=inode,
                                                                                          pod_ips=pod_ips)))
 
     def _forget_channel(self, fd: int) -> None:
@@ -158,6 +288,7 @@ class _ZygoteProcess:
 
     def _reap(self, pidfd: int) -> None:
         pid = self.children.pop(pidfd)
+        self.configs.pop(pid, None)
         self.poller.unregister(pidfd)
         channel = self.broker.channel_of(pid)
         if channel is not None:
@@ -165,7 +296,7 @@ class _ZygoteProcess:
         result = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
         os.close(pidfd)
         status = exit_from_waitid(pid, result.si_code, result.si_status)
-        _send(self.control, zygote_pb.ZygoteEvent(exited=zygote_pb.WorkerExited(
+        self._send(zygote_pb.ZygoteEvent(exited=zygote_pb.WorkerExited(
             pid=pid, exit_code=status.exit_code or 0, signal=status.signal or 0)))
 
     def _kill_children(self) -> None:
@@ -190,7 +321,8 @@ class _ZygoteProcess:
                 os._exit(EXIT_INTERNAL_ERROR)  # the zygote died before it could hand us over
             # Every Python object the child touches copies the page it is on: this prelude sticks
             # to C functions and ints (closerange also closes the control socket and the pidfds).
-            self.control.detach()
+            if self.control is not None:
+                self.control.detach()
             self.poller.close()  # the zygote's watch list is not the worker's
             # Anything else (the broker's netns descriptors and other workers' channels, or what the zygote
             # inherited by mistake) must not reach a pod's process.
@@ -266,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="opt the workers into KSM page merging (needs ksmd running on the node)")
     parser.add_argument("--no-fill-holes", dest="fill_holes", action="store_false",
                         help="do not fill pymalloc's free blocks before forking (for measurements)")
+    parser.add_argument("--handover-dir", default="",
+                        help="keep the workers when the daemon goes and wait for the next one on DIR/zygote-PID.sock")
+    parser.add_argument("--handover-timeout", type=float, default=300.0,
+                        help="seconds the workers wait for the next daemon before they are stopped")
     args = parser.parse_args(argv)
     # No collection from here on in the zygote: a collection would free objects and leave
     # holes in pages that the children then fill, copying those pages.
@@ -291,9 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         # Frozen objects are never examined by a child's collections, which would otherwise
         # write to every object's GC header (and copy every page) at the first full collection.
         gc.freeze()
-    _send(control, zygote_pb.ZygoteEvent(hello=zygote_pb.Hello(
-        pid=os.getpid(), preloaded_modules=len(sys.modules), gc_frozen=args.gc_freeze)))
-    return _ZygoteProcess(control, args.gc_freeze, args.child_gc_threshold).serve()
+    zygote = _ZygoteProcess(control, args.gc_freeze, args.child_gc_threshold, args.handover_dir,
+                            args.handover_timeout)
+    _send(control, _hello(adopted=False))
+    return zygote.serve()
 
 
 if __name__ == "__main__":

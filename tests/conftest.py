@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
+import psutil
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
@@ -23,6 +27,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "netns" in item.keywords or {"pod_netns", "worker"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def no_workers_left_behind():
+    """Workers outlive a daemon that crashed or handed them over (SIGTERM), until the next daemon adopts them. A
+    test that leaves some behind (its daemon is gone: their zygote is orphaned) has them stopped at its end, so
+    that no test sees another's workers."""
+    yield
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        cmdline = proc.info["cmdline"] or []
+        if "shim.zygote_process" in cmdline and "--handover-dir" in cmdline and proc.info["ppid"] == 1:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the zygote's session: it and its workers
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 @pytest.fixture

@@ -72,7 +72,9 @@ class DaemonProcess:
         self.proc.wait()
         self.stop()
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 15) -> int:
+        """SIGINT (the default) stops the daemon and its workers; SIGTERM hands the workers over to the next
+        daemon (they go on probing until one adopts them, or the handover time is up)."""
         if self.channel is not None:
             self.channel.close()
             self.channel = None

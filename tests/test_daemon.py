@@ -184,7 +184,8 @@ def test_daemon_restart_restores_every_acknowledged_probe(tmp_path, pod_netns):
         d2 = DaemonProcess(tmp_path).start()
         try:
             restored = status(d2)
-            assert restored.instance_id != old_instance
+            # The same board, going on: watchers resume across the restart (test_handover.py).
+            assert restored.instance_id == old_instance
             assert [p.probe_id for p in restored.probes] == [probe_id]
             wait_for(d2, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
         finally:
@@ -212,14 +213,17 @@ def test_removed_sandbox_drops_its_probes(tmp_path, pod_netns):
         d.stop()
 
 
-def test_sigterm_stops_cleanly(tmp_path, pod_netns):
-    d = DaemonProcess(tmp_path).start()
+@pytest.mark.parametrize("extra_args, sig", [([], signal.SIGINT), (["--handover-timeout-s", "0"], signal.SIGTERM)])
+def test_a_stop_without_handover_stops_everything(tmp_path, pod_netns, extra_args, sig):
+    """SIGINT (Ctrl-C), or SIGTERM with no handover: nothing is left running (SIGTERM with a handover leaves the
+    workers to the next daemon: test_handover.py)."""
+    d = DaemonProcess(tmp_path, extra_args).start()
     server = listen(pod_netns)
     probe_id = run(d, pod_netns, tcp_spec(server.port))
     wait_for(d, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
     children = worker_processes(d.proc.pid)
     assert children, "the zygote and the worker are the daemon's descendants"
-    assert d.stop(signal.SIGTERM) == 0
+    assert d.stop(sig) == 0
     assert not os.path.exists(d.socket_path)
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert alive == []

@@ -1,0 +1,125 @@
+"""Restarts without a flap: the daemon goes (kill -9, SIGTERM, an upgrade), its workers go on probing, the next
+daemon adopts them, and no probe changes state without an attempt; watchers resume where they were.
+
+Real daemons (`probe-shim serve`, embedded mode) on a state directory the restarts share, real workers in real
+netns, real TCP servers there. Every wait is on an event (a watch event, a process exit) with a bound.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from tests.daemon_env import DaemonProcess, run, status, tcp_spec, wait_for
+from tests.netns_env import REPO_ROOT, listen
+
+PERIOD_MS = 200
+
+
+def worker_of(daemon: DaemonProcess, probe_id: str) -> int:
+    """The pid of the worker running the probe, once it runs."""
+    probe = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    return probe.worker.pid
+
+
+def ready_probe(daemon: DaemonProcess, ns, port: int) -> str:
+    """A readiness probe at SUCCESS in steady state: two more attempts came after the one that made it ready (the
+    daemon writes a state change to its store some milliseconds after it shows it; a crash in between loses the
+    write, not the state: the adopted worker has it, but the watchers' resume point is older)."""
+    probe_id = run(daemon, ns, tcp_spec(port, period_ms=PERIOD_MS))
+    wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS and p.consecutive_successes >= 3, probe_id)
+    return probe_id
+
+
+def watch_after_restart(daemon: DaemonProcess, instance_id: str, revision: int, probe_id: str, attempts: int):
+    """Resumes a watch from (instance_id, revision); returns its events up to `attempts` ATTEMPTs of the probe."""
+    stream = daemon.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(
+        instance_id=instance_id, since_revision=revision, every_attempt=True,
+        filter=service_pb.ProbeFilter(probe_id=probe_id)), timeout=15)
+    events = []
+    try:
+        for event in stream:
+            events.append(event)
+            if sum(e.type == service_pb.ATTEMPT for e in events) >= attempts:
+                break
+    finally:
+        stream.cancel()
+    return events
+
+
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, pod_netns, how):
+    server = listen(pod_netns)
+    first = DaemonProcess(tmp_path).start()
+    probe_id = ready_probe(first, pod_netns, server.port)
+    before = status(first, probe_id=probe_id)
+    worker_pid = before.probes[0].worker.pid
+    if how == "kill -9":
+        first.crash()
+    else:
+        assert first.stop(signal.SIGTERM) == 0
+    assert psutil.pid_exists(worker_pid), "the worker went with the daemon"
+
+    # While no daemon serves, a call fails at once (not after a timeout): the kubelet or probectl retries.
+    channel = grpc.insecure_channel(f"unix://{first.socket_path}")
+    began = time.monotonic()
+    with pytest.raises(grpc.RpcError) as refused:
+        service_pb_stub(channel).RunProbe(service_pb.RunProbeRequest(pod_sandbox_id=pod_netns.name), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - began < 2
+    channel.close()
+
+    second = DaemonProcess(tmp_path).start()
+    try:
+        after = status(second, probe_id=probe_id)
+        (probe,) = after.probes
+        assert probe.worker.pid == worker_pid, "the running worker was replaced, not adopted"
+        assert probe.state == spec_pb.STATE_SUCCESS
+        assert probe.state_changed_at == before.probes[0].state_changed_at
+        assert after.instance_id == before.instance_id
+        # Attempts went on while no daemon listened, and their totals reached the new one.
+        assert probe.totals.success >= before.probes[0].totals.success
+        events = watch_after_restart(second, before.instance_id, before.revision, probe_id, attempts=3)
+        assert not [e for e in events if e.type in (service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE,
+                                                    service_pb.RESYNC)], "the watch did not resume"
+        assert {e.probe.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
+        assert all(e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS for e in events
+                   if e.type == service_pb.ATTEMPT)
+        # No tick was missed while no daemon listened: the ticker counts the dropped ones.
+        assert all(e.probe.last_attempt.ticks_missed == 0 for e in events if e.type == service_pb.ATTEMPT)
+        # And RunProbe works again at once.
+        assert run(second, pod_netns, tcp_spec(server.port, period_ms=PERIOD_MS), container="other")
+    finally:
+        second.stop()
+    assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def service_pb_stub(channel):
+    from cri_proto import probe_service_pb2_grpc as service_grpc
+    return service_grpc.ProbeServiceStub(channel)
+
+
+def test_a_worker_no_registration_needs_is_stopped_by_the_next_daemon(tmp_path, pod_netns):
+    """systemctl stop, the pod goes meanwhile, systemctl start: no stray worker is left."""
+    server = listen(pod_netns)
+    first = DaemonProcess(tmp_path).start()
+    probe_id = ready_probe(first, pod_netns, server.port)
+    worker_pid = status(first, probe_id=probe_id).probes[0].worker.pid
+    assert first.stop(signal.SIGTERM) == 0
+    server.stop()
+    pod_netns.destroy()  # gone while no daemon ran
+    second = DaemonProcess(tmp_path).start()
+    try:
+        assert status(second).probes == []
+        psutil.Process(worker_pid).wait(timeout=10)
+    except psutil.NoSuchProcess:
+        pass
+    finally:
+        second.stop()
