@@ -47,6 +47,13 @@ class BenchDaemon:
         self.stub = self.process.stub
         self.channel = self.process.channel
 
+    def start_again(self) -> None:
+        """`probe-shim serve` again on the same workdir (state dir, socket, /metrics port) once this one is gone:
+        after `process.stop(signal.SIGTERM)` (a handover) or `process.crash()` (kill -9)."""
+        self.process.start()
+        self.stub = self.process.stub
+        self.channel = self.process.channel
+
     @property
     def pid(self) -> int:
         return self.process.proc.pid

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.restart import RestartParams
 from bench.scale import ScaleParams
 
 
@@ -21,6 +22,7 @@ class Mode:
     proxy_warmup: int
     pressure_s: float
     pressure_warmup_s: float
+    restart: RestartParams
 
 
 QUICK = Mode(
@@ -31,6 +33,7 @@ QUICK = Mode(
     spawn_sandboxes=20,
     proxy_count=200, proxy_warmup=20,
     pressure_s=10.0, pressure_warmup_s=2.0,
+    restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
 )
 
 FULL = Mode(
@@ -41,6 +44,7 @@ FULL = Mode(
     spawn_sandboxes=100,
     proxy_count=1000, proxy_warmup=200,
     pressure_s=60.0, pressure_warmup_s=3.0,
+    restart=RestartParams(sandboxes=250, warmup_s=5.0, steady_s=60.0, settle_s=30.0),
 )
 
 MODES = {m.name: m for m in (QUICK, FULL)}

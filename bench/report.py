@@ -1,4 +1,4 @@
-"""The suite's verdicts and tables: every figure beside its target from issue 6 (pure).
+"""The suite's verdicts and tables: every figure beside its target from issue 6 (and issue 14's restarts) (pure).
 
 `evaluate` turns the results of a run into one Row per target (met / NOT met /
 skipped / error, with a note saying at what scale it was measured when that is not
@@ -167,7 +167,57 @@ def evaluate(scenarios: dict) -> list[Row]:
             note += f"; the target is for {TARGET_PRESSURE_S} s"
         return f"{s['failures']} failures", s["failures"] == 0, note
     rows.append(_row("600 probes/s against one target: failures", "0", pressure, under_pressure))
+    rows += _restart_rows(scenarios.get("restart"))
     return rows
+
+
+RESYNC_EVENTS = ("SNAPSHOT", "SNAPSHOT_COMPLETE", "RESYNC")
+
+
+def _per_kind(s: dict, text: Callable[[dict], str]) -> str:
+    return "; ".join(f"{kind} {text(r)}" for kind, r in s["restarts"].items())
+
+
+def _restart_rows(restart: dict | None) -> list[Row]:
+    """Issue 14: the daemon restarted (SIGTERM, then kill -9) under N sandboxes x 3 probes at 1 s."""
+    def note(s: dict) -> str:
+        return _scale_note({"sandboxes": s["sandboxes"]})
+
+    def adopted(s: dict):
+        ok = all(r["workers_adopted"] == r["workers_before"] and r["sandboxes_same_worker_after_settle"] == r["sandboxes"]
+                 for r in s["restarts"].values())
+        return _per_kind(s, lambda r: f"{r['workers_adopted']}/{r['workers_before']}"), ok, note(s)
+
+    def serving(s: dict):
+        gaps = _per_kind(s, lambda r: f"{r['gap_s']:.2f} s")
+        return _per_kind(s, lambda r: f"{r['start_to_serving_s']:.2f} s"), None, f"no daemon for {gaps}; " + note(s)
+
+    def missed(s: dict):
+        ok = all(r["ticks_missed"] + r["late"] == 0 for r in s["restarts"].values())
+        return (_per_kind(s, lambda r: f"{r['ticks_missed']} missed, {r['late']} late"), ok,
+                "; ".join(x for x in (f"the new daemon's counters {_settle(s):.0f} s after it served", note(s)) if x))
+
+    def flaps(s: dict):
+        def text(r: dict) -> str:
+            resynced = sum(r["watch"]["events"].get(t, 0) for t in RESYNC_EVENTS)
+            return f"{r['watch']['flaps']}" + (" + a resync" if resynced else "")
+        ok = all(r["watch"]["flaps"] == 0 and not any(r["watch"]["events"].get(t) for t in RESYNC_EVENTS)
+                 for r in s["restarts"].values())
+        return _per_kind(s, text), ok, note(s)
+
+    def writes(s: dict):
+        st = s["steady"]
+        text = f"{st['store_writes_per_s']:.3f}/s ({st['store_rows_per_s']:.1f} rows/s)"
+        return text, None, "; ".join(x for x in (f"at {st['attempts_per_s']:.0f} attempts/s over {st['window_s']:.0f} s",
+                                                 note(s)) if x)
+    return [
+        _row("daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)", "all", restart,
+             adopted),
+        _row("restart: new daemon's start to SERVING (all adopted)", "(none)", restart, serving),
+        _row("restart: ticks missed, attempts late (new daemon)", "0", restart, missed),
+        _row("restart: state changes seen by a watch resumed across it", "0, no resync", restart, flaps),
+        _row("store writes behind the board, steady at 750 attempts/s", "(none)", restart, writes),
+    ]
 
 
 def _exec_row(figure: str, target: str, scenario: dict | None, measure,
@@ -281,7 +331,38 @@ def details(scenarios: dict) -> str:
                      f"{p['time_wait_sockets']} TIME_WAIT sockets, daemon + workers "
                      f"{p['cpu_percent_daemon_and_workers']:.1f}% of one core, target server "
                      f"{p.get('cpu_percent_target_server', 0):.1f}%")
+    restart = scenarios.get("restart") or {}
+    if "restarts" in restart:
+        parts.append(_restart_table(restart))
     return "\n\n".join(parts)
+
+
+def _restart_table(s: dict) -> str:
+    st, end = s["steady"], s["stopped"]
+    rows = []
+    for kind, r in s["restarts"].items():
+        w = r["watch"]
+        events = ", ".join(f"{n} {t}" for t, n in sorted(w["events"].items())) or "none"
+        rows.append([kind, _fmt(r["stop_s"], ".2f"), _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
+                     f"{r['workers_adopted']}/{r['workers_before']} ({r['adopted_workers_metric']})",
+                     f"{r['sandboxes_same_worker']}/{r['sandboxes_same_worker_after_settle']}/{r['sandboxes']}",
+                     r["worker_restarts"], f"{r['ticks_missed']}/{r['late']}",
+                     f"{r['attempts_counted']}/{r['attempts_due_since_exit']}",
+                     f"{r['store_writes']} ({r['store_rows']})", events, w["flaps"]])
+    left = ", ".join(map(str, end["left_running"])) or "none"
+    return (f"restart, {s['sandboxes']} sandboxes x 3 probes at {s['period_ms']} ms in {s['namespaces']} namespaces, "
+            f"one state dir: steady {st['attempts_per_s']:.1f} attempts/s ({st['attempts_per_s_expected']:.0f} due), "
+            f"store {st['store_writes_per_s']:.3f} writes/s, {st['store_rows_per_s']:.1f} rows/s over "
+            f"{st['window_s']:.0f} s; times in s, counters of the new daemon after {_fmt(_settle(s), '.0f')} s\n"
+            + table(["restart", "stop", "start to SERVING", "gap", "workers adopted (metric)",
+                     "same pid: at SERVING/settled/all", "worker restarts", "missed/late", "attempts counted/due",
+                     "store writes (rows)", "resumed watch got", "state changes"], rows)
+            + f"\nSIGINT at the end: exit {end['exit_code']}, {end['shim_processes']} zygote and worker processes "
+              f"seen over the run, left running: {left}")
+
+
+def _settle(s: dict) -> float | None:
+    return max((r["settle_s"] for r in s["restarts"].values()), default=None)
 
 
 def _bridge_line(exec_: dict) -> str:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmark of issue 6, every scenario in one run so that ratios are fair on a noisy machine.
 
-    python bench/suite.py --mode quick|full [--out DIR]      # root (network namespaces)
+    python bench/suite.py --mode quick|full [--out DIR] [--only NAME,...]     # root (network namespaces)
 
 Scenarios, in this order (bench/<module>.py each):
   1. scale      N sandboxes (in 10 namespaces) x 3 probes (HTTP, TCP, gRPC) at 1 s:
@@ -13,9 +13,14 @@ Scenarios, in this order (bench/<module>.py each):
   4. spawn      RunProbe on a new sandbox -> its first attempt
   5. proxy      unary CRI calls direct to containerd vs through the shim
   6. pressure   600 probes/s against one server for a fixed window: failures, TIME_WAIT
+  7. restart    N sandboxes x 3 probes at 1 s (issue 14): store writes/s in steady state; the daemon
+                restarted (SIGTERM, then kill -9): start to SERVING (all adopted), workers kept,
+                missed ticks, what a resumed watch saw
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
 are reported as skipped with the reason; everything else still runs. A scenario that
-fails is reported as an error and the others still run.
+fails is reported as an error and the others still run. --only runs the named scenarios
+alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart; exec and proxy
+go together), into DIR ending in -only-NAME...
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
 tables printed at the end) and DIR/*.png; DIR defaults to
@@ -44,7 +49,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import psutil  # noqa: E402
 
-from bench import exec_compare, latency, machine, plots, pressure, proxy_overhead, report, scale, spawn  # noqa: E402
+from bench import (  # noqa: E402
+    exec_compare, latency, machine, plots, pressure, proxy_overhead, report, restart, scale, spawn,
+)
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.proxy_latency import ContainerdRig  # noqa: E402
 from shim.worker_groups import POOLED, STRICT  # noqa: E402
@@ -98,15 +105,29 @@ def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
             scenarios.setdefault(name, {"error": f"containerd: {type(exc).__name__}: {exc}"})
 
 
-def run_all(mode: Mode, scenarios: dict) -> None:
+SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart")
+
+
+def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> None:
+    """Every scenario, or those named in `only`."""
+    def wanted(name: str) -> bool:
+        return not only or name in only
     # Both worker modes, one after the other in the same run: "scale" is the default (pooled) one.
-    scenarios["scale"] = scenario("scale", lambda: scale.run(mode.scale, POOLED))
-    scenarios["scale_strict"] = scenario("scale (strict)", lambda: scale.run(mode.scale, STRICT))
-    scenarios["latency"] = scenario("latency", lambda: latency.run(
-        mode.latency_count, mode.latency_block, mode.latency_warmup))
-    scenarios["spawn"] = scenario("spawn", lambda: spawn.run(mode.spawn_sandboxes))
-    scenarios["pressure"] = scenario("pressure", lambda: pressure.run(mode.pressure_s, mode.pressure_warmup_s))
-    containerd_scenarios(mode, scenarios)
+    if wanted("scale"):
+        scenarios["scale"] = scenario("scale", lambda: scale.run(mode.scale, POOLED))
+    if wanted("scale_strict"):
+        scenarios["scale_strict"] = scenario("scale (strict)", lambda: scale.run(mode.scale, STRICT))
+    if wanted("latency"):
+        scenarios["latency"] = scenario("latency", lambda: latency.run(
+            mode.latency_count, mode.latency_block, mode.latency_warmup))
+    if wanted("spawn"):
+        scenarios["spawn"] = scenario("spawn", lambda: spawn.run(mode.spawn_sandboxes))
+    if wanted("pressure"):
+        scenarios["pressure"] = scenario("pressure", lambda: pressure.run(mode.pressure_s, mode.pressure_warmup_s))
+    if wanted("exec") or wanted("proxy"):
+        containerd_scenarios(mode, scenarios)
+    if wanted("restart"):
+        scenarios["restart"] = scenario("restart", lambda: restart.run(mode.restart))
 
 
 def leftovers() -> dict:
@@ -126,13 +147,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--out", type=Path, help="output directory (default bench/results/<date>-<host>-<mode>)")
+    parser.add_argument("--only", type=lambda text: frozenset(text.split(",")), default=frozenset(),
+                        help=f"comma-separated scenarios to run alone: {', '.join(SCENARIOS)}")
     args = parser.parse_args()
+    if unknown := args.only - set(SCENARIOS):
+        parser.error(f"--only: no scenario {', '.join(sorted(unknown))} (there are {', '.join(SCENARIOS)})")
     reason = netns_unavailable_reason()
     if reason:
         print(f"bench: cannot run: {reason}", file=sys.stderr)
         return 1
     mode = MODES[args.mode]
-    out = args.out or default_out(mode.name)
+    out = args.out or default_out(mode.name + ("-only-" + "-".join(sorted(args.only)) if args.only else ""))
     # Teardown runs on SIGTERM as on Ctrl-C, and on SIGINT even when started with it ignored (`cmd &`).
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
@@ -145,7 +170,7 @@ def main() -> int:
     begin = time.monotonic()
     interrupted = False
     try:
-        run_all(mode, results["scenarios"])
+        run_all(mode, results["scenarios"], args.only)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: everything started was stopped")
@@ -166,7 +191,7 @@ def main() -> int:
         f"commit {m['git_commit']}; load average {m['loadavg_at_start']} at start, {m['loadavg_at_end']} at end; "
         f"{results['duration_s']} s",
         report.details(results["scenarios"]),
-        "targets (issue 6)\n" + report.targets_table(rows),
+        "targets (issues 6 and 14)\n" + report.targets_table(rows),
     ] if part)
     (out / "summary.txt").write_text(summary + "\n")
     print(summary)

@@ -94,6 +94,19 @@ class ShimMetrics:
             "probe_shim_watch_subscribers", "Open WatchProbeStatus streams.", registry=self.registry
         )
         self._probes = Gauge("probe_shim_probes", "Registered probes.", registry=self.registry)
+        # Restarts without a flap: what the store costs behind the board, and what this daemon took over.
+        self._store_writes = Counter(
+            "probe_shim_state_writes_total", "Transactions writing observed probe state to the store.",
+            registry=self.registry,
+        )
+        self._store_rows = Counter(
+            "probe_shim_state_rows_written_total", "Probe rows written to the store by those transactions.",
+            registry=self.registry,
+        )
+        self._adopted = Gauge(
+            "probe_shim_adopted_workers", "Running workers this daemon adopted from the one before it at start.",
+            registry=self.registry,
+        )
         # Punctuality, per probe with the labels of prober_probe_duration_seconds (no pod_uid, no
         # result): one series each per probe, like the kubelet's own per-probe series.
         self._late = Counter(
@@ -174,6 +187,13 @@ class ShimMetrics:
 
     def inc_worker_restarts(self) -> None:
         self._worker_restarts.inc()
+
+    def count_state_write(self, rows: int) -> None:
+        self._store_writes.inc()
+        self._store_rows.inc(rows)
+
+    def set_adopted_workers(self, n: int) -> None:
+        self._adopted.set(n)
 
     def count_watchers_with(self, count: Callable[[], int]) -> None:
         """Reads the number of watchers at scrape time, so nothing has to poll it."""

@@ -130,9 +130,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     identity = board_identity(await store.run(store.load_meta))
     board = StatusBoard(instance_id=identity.instance_id, revision=identity.revision,
                         resume_point=identity.resume_point)
-    writer = StateWriter(store, board)
-    tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
     metrics = ShimMetrics()
+    writer = StateWriter(store, board, on_write=metrics.count_state_write)
+    tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
 
     upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
     sandboxes = NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream)
@@ -188,6 +188,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         await registry.restore()
         await supervisor.finish_adoption()
         await writer.start(identity)
+        metrics.set_adopted_workers(adopting)
         if adopting:
             log.info("adopted the running workers", extra={"workers": adopting})
         await server.start()

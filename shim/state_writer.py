@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cri_proto import probe_service_pb2 as service_pb
@@ -68,8 +69,11 @@ def board_identity(meta: dict[str, str]) -> BoardIdentity:
 
 
 class StateWriter:
-    def __init__(self, store, board, *, soon_s: float = SOON_S, lazy_s: float = LAZY_S) -> None:
+    def __init__(self, store, board, *, soon_s: float = SOON_S, lazy_s: float = LAZY_S,
+                 on_write: Callable[[int], None] | None = None) -> None:
+        """on_write(rows): after each transaction (the daemon's metrics)."""
         self._store = store
+        self._on_write = on_write
         self._board = board
         self._soon_s = soon_s
         self._lazy_s = lazy_s
@@ -92,6 +96,11 @@ class StateWriter:
             self._keys[probe.probe_id] = self._key(probe)
         self._board.listen(self.note)
         self._lazy = asyncio.create_task(self._every_lazy(), name="state writer")
+
+    @property
+    def urgent(self) -> bool:
+        """A write is due soon (something that matters to the thresholds changed)."""
+        return self._soon is not None
 
     def note(self, probe_id: str, probe: service_pb.Probe | None, revision: bool) -> None:
         """The board's listener: called for every change, on the event loop; never does I/O itself."""
@@ -135,6 +144,8 @@ class StateWriter:
             return
         self.writes += 1
         self.rows_written += len(rows)
+        if self._on_write is not None:
+            self._on_write(len(rows))
 
     async def close(self) -> None:
         """The last write, fsynced: the next daemon starts exactly here."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ START_TIMEOUT_S = 20
 class DaemonProcess:
     workdir: Path
     extra_args: list[str] = field(default_factory=list)
+    code_root: Path = REPO_ROOT  # where the daemon's code is: another one is another version (code_copy)
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = None
 
@@ -36,14 +38,14 @@ class DaemonProcess:
         return str(self.workdir / "state")
 
     def start(self) -> "DaemonProcess":
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env = dict(os.environ, PYTHONPATH=str(self.code_root))
         self.log = open(self.workdir / "daemon.log", "ab")
         self.proc = subprocess.Popen(
             # Later flags win: extra_args may replace the embedded runtime or the metrics address.
             [sys.executable, "-m", "shim.cli", "serve", "--runtime-endpoint", "none",
              "--listen", f"unix://{self.socket_path}", "--state-dir", self.state_dir,
              "--metrics-listen", "", *self.extra_args],
-            cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=self.code_root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
         # A private subchannel pool: grpc shares connections between channels of one
         # process, and a channel to a daemon a test killed must not lend its dead one.
@@ -88,6 +90,20 @@ class DaemonProcess:
         if not self.log.closed:
             self.log.close()
         return self.proc.returncode
+
+
+def code_copy(where: Path, replacements: dict[str, tuple[str, str]]) -> Path:
+    """A copy of the daemon's code, as an upgrade would install it, with some lines changed: {relative path:
+    (old text, new text)}. Run it with DaemonProcess(..., code_root=the copy)."""
+    root = where / "code"
+    for package in ("shim", "probe_worker", "probe_api", "cri_proto"):
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for relative, (old, new) in replacements.items():
+        path = root / relative
+        text = path.read_text()
+        assert old in text, f"{relative} has no {old!r} to change"
+        path.write_text(text.replace(old, new))
+    return root
 
 
 # --- helpers for tests that talk to a daemon -------------------------------------------

@@ -260,7 +260,7 @@ def test_watch_resumes_after_a_dropped_connection_without_a_snapshot(tmp_path, d
     assert revisions == sorted(set(revisions)), "no change delivered twice"
 
 
-def test_watch_follows_a_daemon_restart_with_a_fresh_snapshot(tmp_path, pod_netns):
+def test_watch_resumes_across_a_daemon_crash_without_a_full_state(tmp_path, pod_netns):
     server = listen(pod_netns)
     d = DaemonProcess(tmp_path).start()
     restarted = None
@@ -268,16 +268,20 @@ def test_watch_follows_a_daemon_restart_with_a_fresh_snapshot(tmp_path, pod_netn
     try:
         with ProbeShimClient(f"unix://{d.socket_path}", timeout_s=10) as c, watchdog(c):
             probe_id = c.run_probe(pod_netns.name, "app", spec_pb.READINESS, tcp_spec(server.port))
-            events = c.watch(on_reconnect=lambda error, delay: reconnects.append(error))
+            events = c.watch(every_attempt=True, on_reconnect=lambda error, delay: reconnects.append(error))
             before = until_snapshot_complete(events)
+            # Steady: ready, and two attempts since (the state change is in the store some ms after it is shown).
+            next_matching(events, lambda e: e.probe.state == spec_pb.STATE_SUCCESS
+                          and e.probe.consecutive_successes >= 3)
             d.crash()
-            restarted = DaemonProcess(tmp_path).start()  # same socket and state dir, new instance
-            snapshot = []
-            after = next_matching(events, lambda e: e.type == service_pb.SNAPSHOT_COMPLETE, snapshot)
-            assert after.instance_id != before.instance_id
-            assert after.instance_id == c.version().instance_id
-            assert [(e.type, e.probe.probe_id) for e in snapshot] == [
-                (service_pb.SNAPSHOT, probe_id), (service_pb.SNAPSHOT_COMPLETE, "")]
+            restarted = DaemonProcess(tmp_path).start()  # same socket and state dir: the same board goes on
+            resumed = []
+            after = next_matching(events, lambda e: e.type == service_pb.ATTEMPT, resumed)
+            assert after.instance_id == before.instance_id == c.version().instance_id
+            assert [e for e in resumed if e.type in (service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE,
+                                                     service_pb.RESYNC)] == []
+            assert {e.probe.probe_id for e in resumed} == {probe_id}
+            assert {e.probe.state for e in resumed} == {spec_pb.STATE_SUCCESS}
     finally:
         for daemon in (d, restarted):
             if daemon is not None and daemon.proc.poll() is None:

@@ -97,6 +97,23 @@ def test_unit_runs_the_daemon_with_its_default_paths():
     assert "Requires" not in unit and "BindsTo" not in unit
 
 
+def test_unit_lets_the_workers_outlive_a_restart_as_containerds_shims_do():
+    """KillMode=process: systemd signals the daemon alone on stop and restart, so the zygote and the workers
+    live on and the next daemon adopts them (tests/test_handover.py does what systemd does: SIGTERM to the main
+    process only, or SIGKILL for a crash, then the same ExecStart again). A stop without a start is bounded by
+    the daemon's handover_timeout_s: the workers stop by themselves."""
+    unit = directives(UNIT)
+    assert unit["KillMode"] == ["process"]
+    assert unit["Restart"] == ["always"]
+    assert "ExecStop" not in unit  # a stop is a SIGTERM: the daemon hands over
+    assert "SendSIGKILL" not in unit or unit["SendSIGKILL"] == ["yes"]  # a daemon stuck on stop is still killed
+    # systemd's own stop timeout is the daemon's, not the workers': they are not waited for.
+    assert int(unit["TimeoutStopSec"][0].removesuffix("s")) <= 60
+    assert Config().handover_timeout_s > 0
+    # The state directory (store and handover sockets) survives restarts; the runtime one may not.
+    assert "StateDirectory" in unit and Config().state_dir.startswith("/var/lib/")
+
+
 def test_kubelet_drop_in_points_the_kubelet_at_the_shims_socket():
     drop_in = directives(KUBELET_DROP_IN)
     assert [v.strip('"') for v in drop_in["Environment"]] == [f"PROBE_SHIM_ARGS=--container-runtime-endpoint={Config().listen}"]

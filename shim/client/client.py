@@ -205,9 +205,10 @@ class ProbeShimClient:
         The first events are the full state (SNAPSHOT..., SNAPSHOT_COMPLETE). When the stream drops (a lost
         connection, a daemon restart, or a RESYNC, which is yielded too) and `reconnect` is set, the watch is
         opened again, at once and then with backoff (WATCH_BACKOFF_S), sending the instance id and the last
-        revision seen after a completed snapshot: the same daemon replays only what was missed; a new daemon
-        instance (or a resume point it no longer holds) sends a fresh snapshot, which is passed through, so a
-        consumer replaces its state on every SNAPSHOT_COMPLETE. `on_reconnect(error, delay_s)` is told before
+        revision seen after a completed snapshot: the daemon replays only what was missed, also after its own
+        restart (the board's instance id and revisions are stored); a resume point it no longer holds (another
+        state dir, a history rolled over, a revision a crash did not store) gets a fresh snapshot, which is passed
+        through, so a consumer replaces its state on every SNAPSHOT_COMPLETE. `on_reconnect(error, delay_s)` is told before
         each re-open after a failure. The first open is not retried: ShimUnavailable if the shim is not there.
 
         Ends when close() is called (from any thread); a KeyboardInterrupt cancels the stream and propagates.
