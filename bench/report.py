@@ -184,8 +184,8 @@ def _restart_rows(restart: dict | None) -> list[Row]:
         return _scale_note({"sandboxes": s["sandboxes"]})
 
     def adopted(s: dict):
-        ok = all(r["workers_adopted"] == r["workers_before"] and r["sandboxes_same_worker_after_settle"] == r["sandboxes"]
-                 for r in s["restarts"].values())
+        ok = all(r["workers_adopted"] == r["workers_before"]
+                 and r["sandboxes_same_worker_after_settle"] == r["sandboxes"] for r in s["restarts"].values())
         return _per_kind(s, lambda r: f"{r['workers_adopted']}/{r['workers_before']}"), ok, note(s)
 
     def serving(s: dict):
@@ -198,18 +198,18 @@ def _restart_rows(restart: dict | None) -> list[Row]:
                 "; ".join(x for x in (f"the new daemon's counters {_settle(s):.0f} s after it served", note(s)) if x))
 
     def flaps(s: dict):
-        def text(r: dict) -> str:
-            resynced = sum(r["watch"]["events"].get(t, 0) for t in RESYNC_EVENTS)
-            return f"{r['watch']['flaps']}" + (" + a resync" if resynced else "")
-        ok = all(r["watch"]["flaps"] == 0 and not any(r["watch"]["events"].get(t) for t in RESYNC_EVENTS)
-                 for r in s["restarts"].values())
-        return _per_kind(s, text), ok, note(s)
+        resynced = {kind: any(r["watch"]["events"].get(t) for t in RESYNC_EVENTS) for kind, r in s["restarts"].items()}
+        text = _per_kind(s, lambda r: f"{r['watch']['flaps']}")
+        ok = not any(resynced.values()) and all(r["watch"]["flaps"] == 0 for r in s["restarts"].values())
+        why = [f"{kind}: a snapshot, not the changes missed (that daemon had run {s['restarts'][kind]['daemon_age_s']:.0f} s)"
+               for kind, resync in resynced.items() if resync]
+        return text, ok, "; ".join(x for x in (*why, note(s)) if x)
 
     def writes(s: dict):
         st = s["steady"]
         text = f"{st['store_writes_per_s']:.3f}/s ({st['store_rows_per_s']:.1f} rows/s)"
-        return text, None, "; ".join(x for x in (f"at {st['attempts_per_s']:.0f} attempts/s over {st['window_s']:.0f} s",
-                                                 note(s)) if x)
+        at = f"at {st['attempts_per_s']:.0f} attempts/s over {st['window_s']:.0f} s"
+        return text, None, "; ".join(x for x in (at, note(s)) if x)
     return [
         _row("daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)", "all", restart,
              adopted),
@@ -343,7 +343,7 @@ def _restart_table(s: dict) -> str:
     for kind, r in s["restarts"].items():
         w = r["watch"]
         events = ", ".join(f"{n} {t}" for t, n in sorted(w["events"].items())) or "none"
-        rows.append([kind, _fmt(r["stop_s"], ".2f"), _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
+        rows.append([kind, _fmt(r["daemon_age_s"], ".0f"), _fmt(r["stop_s"], ".2f"), _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
                      f"{r['workers_adopted']}/{r['workers_before']} ({r['adopted_workers_metric']})",
                      f"{r['sandboxes_same_worker']}/{r['sandboxes_same_worker_after_settle']}/{r['sandboxes']}",
                      r["worker_restarts"], f"{r['ticks_missed']}/{r['late']}",
@@ -354,7 +354,7 @@ def _restart_table(s: dict) -> str:
             f"one state dir: steady {st['attempts_per_s']:.1f} attempts/s ({st['attempts_per_s_expected']:.0f} due), "
             f"store {st['store_writes_per_s']:.3f} writes/s, {st['store_rows_per_s']:.1f} rows/s over "
             f"{st['window_s']:.0f} s; times in s, counters of the new daemon after {_fmt(_settle(s), '.0f')} s\n"
-            + table(["restart", "stop", "start to SERVING", "gap", "workers adopted (metric)",
+            + table(["restart", "daemon ran", "stop", "start to SERVING", "gap", "workers adopted (metric)",
                      "same pid: at SERVING/settled/all", "worker restarts", "missed/late", "attempts counted/due",
                      "store writes (rows)", "resumed watch got", "state changes"], rows)
             + f"\nSIGINT at the end: exit {end['exit_code']}, {end['shim_processes']} zygote and worker processes "

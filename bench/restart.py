@@ -1,23 +1,28 @@
-"""Scenario 7: the daemon restarts under N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s, without a flap (issue 14).
+"""Scenario 7: the daemon restarted under N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s, without a flap (issue 14).
 
-One state dir, one daemon at a time (embedded mode, pooled workers, sandboxes in NAMESPACES Kubernetes-like
-namespaces as in bench/scale.py, no flapping target: every probe stays SUCCESS), one target process. Measured:
+One state dir, one daemon at a time (embedded mode, pooled workers, --handover-timeout-s far above any gap), the
+sandboxes in NAMESPACES Kubernetes-like namespaces as in bench/scale.py, one target process, no flapping target:
+every probe stays SUCCESS, so any state change a watcher sees across a restart is a flap. Measured:
 - steady state, over a window: attempts/s (prober_probe_total) and what the store behind the board costs at that
   rate: transactions/s and rows/s (probe_shim_state_writes_total, probe_shim_state_rows_written_total);
-- per restart kind, in this order: SIGTERM (the workers are handed over) then a new daemon; kill -9 (they are
-  left running) then a new daemon:
-  - stop: signal to exit of the old daemon; start: launch of the new one to its health check answering SERVING
-    (it serves only once it has adopted), polled every few ms on a channel of its own (a client's reconnect
-    backoff would add up to seconds); gap: signal to SERVING, the time with no daemon;
-  - adoption: the sandboxes whose worker pid is unchanged, the pre-restart workers that serve all their
-    sandboxes again (and probe_shim_adopted_workers, the daemon's own count);
-  - after a settle window: the new daemon's ticks missed + attempts late (its counters start at 0, and the
-    attempts made while no daemon listened reach it with the ticks they missed), and the attempts it counted
-    against the attempts due since the signal (nothing lost: close to 1);
-  - a plain watch, as a client runs it: connected before, broken by the restart, resumed from the (instance id,
-    revision) it last received: its UPDATED events whose state differs from the probe's state before the restart
-    (a flap: 0 expected) and whether a SNAPSHOT or RESYNC came instead of the missed changes (none expected).
-At the end SIGINT stops the daemon and every worker (checked: no zygote or worker of this state dir is left).
+- per restart, in this order: SIGTERM (the workers are handed over), then kill -9 (they are left running), each
+  followed by a new daemon on the same state dir:
+  - stop: signal to the old daemon's exit (a SIGTERM'd one waits up to its 2 s grace for open streams, such as
+    the watch below); start: launch of the new one to its health check answering SERVING, which it does only
+    once it has adopted, polled every few ms on a channel of its own (a client's reconnect backoff would add up
+    to seconds); gap: signal to SERVING, the time no daemon answers;
+  - adoption: the pre-restart workers that serve all their sandboxes again (same pid) at SERVING, the sandboxes
+    with the same worker at SERVING and after the settle window, probe_shim_adopted_workers (the daemon's count),
+    probe_shim_worker_restarts_total;
+  - after a settle window, the new daemon's counters (they start at 0; the attempts made while no daemon
+    listened reach it with the ticks they missed): ticks missed + attempts late, and the attempts it counted
+    against those due since the old daemon exited (nothing lost: close to 1);
+  - a plain watch, run as a client does (its own channel; connected before, ended by the restart, resumed from
+    the instance id and revision it last received): its UPDATED events whose state differs from the probe's
+    state before the restart (flaps: 0 expected), and whether a SNAPSHOT or RESYNC came instead of the changes
+    it missed (none expected). daemon_age_s says how long the daemon ran before its restart: the board's revision
+    reaches the store with its changes or with the lazy write (every 30 s), so it matters to the resume.
+At the end SIGINT stops the daemon and, through it, every zygote and worker, adopted ones included (checked).
 
     python bench/suite.py --mode quick --only restart      # root; this scenario alone
 """
@@ -158,6 +163,7 @@ class RestartRig:
         self.daemon = BenchDaemon(["--worker-isolation", POOLED, "--embedded-namespace-separator", ".",
                                    "--handover-timeout-s", str(HANDOVER_TIMEOUT_S)])
         stack.callback(self.daemon.close)
+        self.serving_since = time.monotonic()  # of the daemon now running
         self.watch = ResumingWatch(self.daemon.process.socket_path)
         stack.callback(self.watch.stop)
         self.probes = 0
@@ -230,33 +236,43 @@ class RestartRig:
                 "late": int(d.get(promtext.LATE_TOTAL, 0)), "ticks_missed": int(d.get(promtext.MISSED_TOTAL, 0)),
                 "workers": len(set(self.worker_of_sandbox().values()))}
 
-    def restart(self, kind: str) -> dict:
-        before = self.worker_of_sandbox()
-        self.track_shim_processes()
-        process = self.daemon.process
-        signalled = time.monotonic()
+    def _stop(self, kind: str) -> tuple[int, float]:
+        """The daemon goes (SIGTERM: hands its workers over; kill -9: leaves them); its exit code and instant."""
         if kind == "SIGTERM":
-            code = process.stop(signal.SIGTERM, timeout=STOP_TIMEOUT_S)
+            code = self.daemon.process.stop(signal.SIGTERM, timeout=STOP_TIMEOUT_S)
         else:
-            process.crash()
-            code = process.proc.returncode
-        exited = time.monotonic()
-        watch_ended = self.watch.ended()
-        survived = sum(psutil.pid_exists(pid) for pid in set(before.values()) if pid)
+            self.daemon.process.crash()
+            code = self.daemon.process.proc.returncode
+        return code, time.monotonic()
 
+    def _start(self) -> tuple[float, float]:
+        """A new daemon on the same state dir: the instants of its launch and of its first SERVING."""
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            serving = pool.submit(serving_at, process.socket_path)
+            serving = pool.submit(serving_at, self.daemon.process.socket_path)
             launched = time.monotonic()
             self.daemon.start_again()
             served = serving.result()
+        return launched, served
+
+    def restart(self, kind: str) -> dict:
+        before = self.worker_of_sandbox()
+        self.track_shim_processes()
+        signalled = time.monotonic()
+        age = signalled - self.serving_since
+        code, exited = self._stop(kind)
+        watch_ended = self.watch.ended()
+        survived = sum(psutil.pid_exists(pid) for pid in set(before.values()) if pid)
+        launched, served = self._start()
+        self.serving_since = served
         after = self.worker_of_sandbox()
         at_serving, _ = self.scrape()
         resumed_from = self.watch.connect()
         time.sleep(self.params.settle_s)
         sums, scraped = self.scrape()
         settled = self.worker_of_sandbox()
-        watch = {"flaps": self.watch.flaps, "snapshot_state_changed": self.watch.snapshot_changed,
-                 "events": dict(self.watch.types), "error": self.watch.thread.error}
+        watch = {"ended_by": watch_ended, "resumed_from": resumed_from, "flaps": self.watch.flaps,
+                 "snapshot_state_changed": self.watch.snapshot_changed, "events": dict(self.watch.types),
+                 "error": self.watch.thread.error}
         # A pre-restart worker is adopted when every sandbox it served has it still.
         workers = collections.defaultdict(set)
         for sandbox, pid in before.items():
@@ -266,8 +282,8 @@ class RestartRig:
         # still takes attempts until it hands the workers over, late in its stop.
         due = self.probes * (scraped - exited) * 1000 / PERIOD_MS
         return {
-            "exit_code": code, "stop_s": round(exited - signalled, 3), "start_to_serving_s": round(served - launched, 3),
-            "gap_s": round(served - signalled, 3),
+            "daemon_age_s": round(age, 1), "exit_code": code, "stop_s": round(exited - signalled, 3),
+            "start_to_serving_s": round(served - launched, 3), "gap_s": round(served - signalled, 3),
             "workers_before": len(workers), "workers_alive_without_daemon": survived,
             "workers_adopted": sum(all(same) for same in workers.values()),
             "workers_after": len(set(after.values())), "adopted_workers_metric": int(at_serving.get(ADOPTED, -1)),
@@ -279,7 +295,7 @@ class RestartRig:
             "attempts_counted": int(attempts), "attempts_due_since_exit": round(due),
             "attempts_counted_ratio": round(attempts / due, 3) if due else None,
             "store_writes": int(sums.get(WRITES, 0)), "store_rows": int(sums.get(ROWS, 0)),
-            "watch": {"ended_by": watch_ended, "resumed_from": resumed_from, **watch},
+            "watch": watch,
         }
 
     def stop_all(self) -> dict:

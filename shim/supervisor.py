@@ -112,6 +112,9 @@ class _Group:
     zygote: Zygote | None = None  # the one that forked the running worker: its broker holds the netns
     task: asyncio.Task[None] | None = None
     adoption: Adoption | None = None  # an earlier daemon's worker, taken over by this group's first life
+    # Adopted from a zygote of another version (an upgrade): it keeps its sandboxes, takes no new one (those get
+    # workers of the new code), and its next life, if any, is a worker of the new code.
+    closed: bool = False
 
 
 @dataclass
@@ -200,7 +203,8 @@ class WorkerSupervisor:
             config = adoption.worker.config
             name = config.group or f"adopted#{adoption.worker.pid}"
             group = _Group(name=name, tenancy=config.tenancy, stopping=asyncio.get_running_loop().create_future(),
-                           status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING), adoption=adoption)
+                           status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING), adoption=adoption,
+                           closed=adoption.zygote is not self._zygotes.spawner)
             self._groups[name] = group
         return len(adoptions)
 
@@ -260,7 +264,9 @@ class WorkerSupervisor:
         if conn is None or not member.attached or member.reconciling:
             return  # replayed when the sandbox is attached (or, adopted, if the worker does not run it already)
         try:
-            reply = await conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(probe=stored))
+            # With its progress: a worker that does not run it yet (a restart) goes on from there.
+            reply = await conn.request(self._request_timeout_s, add_probe=worker_pb.AddProbe(
+                probe=self._with_progress(stored)))
         except (WorkerUnavailable, TimeoutError) as exc:
             # Dead, or hung (the watchdog will replace it): either way the next worker replays it.
             log.warning("probe %s kept for the next worker: %s", reg.probe_id, exc or "no answer",
@@ -418,7 +424,8 @@ class WorkerSupervisor:
         for group in self._groups.values():
             if group.adoption is not None and target.sandbox_id in group.adoption.worker.sandboxes:
                 return group  # the running worker that serves it already
-        views = [GroupView(g.name, g.tenancy, len(g.members), open=not g.stopping.done()) for g in self._groups.values()]
+        views = [GroupView(g.name, g.tenancy, len(g.members), open=not g.stopping.done() and not g.closed)
+                 for g in self._groups.values()]
         name = choose_group(views, tenancy=target.tenancy, isolation=self._isolation, capacity=self._capacity)
         if name is not None:
             return self._groups[name]

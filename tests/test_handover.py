@@ -7,10 +7,8 @@ netns, real TCP servers there. Every wait is on an event (a watch event, a proce
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
-from pathlib import Path
 
 import grpc
 import psutil
@@ -18,8 +16,8 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.daemon_env import DaemonProcess, run, status, tcp_spec, wait_for
-from tests.netns_env import REPO_ROOT, listen
+from tests.daemon_env import DaemonProcess, code_copy, run, status, tcp_spec, wait_for
+from tests.netns_env import PodNetns, listen
 
 PERIOD_MS = 200
 
@@ -123,3 +121,83 @@ def test_a_worker_no_registration_needs_is_stopped_by_the_next_daemon(tmp_path, 
         pass
     finally:
         second.stop()
+
+
+def zygote_of(pid: int) -> int:
+    return psutil.Process(pid).ppid()
+
+
+def test_after_an_upgrade_old_workers_are_adopted_and_new_ones_run_the_new_code(tmp_path, pod_netns):
+    server = listen(pod_netns)
+    first = DaemonProcess(tmp_path).start()
+    probe_id = ready_probe(first, pod_netns, server.port)
+    old_worker = status(first, probe_id=probe_id).probes[0].worker.pid
+    old_zygote = zygote_of(old_worker)
+    assert first.stop(signal.SIGTERM) == 0
+    upgrade = code_copy(tmp_path / "next", {"probe_api/defaults.py": ('SHIM_VERSION = "', 'SHIM_VERSION = "next-')})
+    second = DaemonProcess(tmp_path, code_root=upgrade).start()
+    try:
+        assert second.stub.ShimVersion(service_pb.ShimVersionRequest(), timeout=5).version.startswith("next-")
+        (probe,) = status(second, probe_id=probe_id).probes
+        assert (probe.worker.pid, probe.state) == (old_worker, spec_pb.STATE_SUCCESS)  # adopted, as it was
+        # A new sandbox's worker comes from a zygote of the new code, not from the old one.
+        other = PodNetns.create()
+        try:
+            other_server = listen(other)
+            new_probe = run(second, other, tcp_spec(other_server.port, period_ms=PERIOD_MS))
+            new_zygote = zygote_of(worker_of(second, new_probe))
+            assert new_zygote != old_zygote
+            assert str(upgrade) in psutil.Process(new_zygote).environ().get("PYTHONPATH", "")
+            assert psutil.pid_exists(old_zygote)  # still the broker of the adopted worker
+        finally:
+            other.destroy()
+    finally:
+        second.stop()
+    psutil.Process(old_zygote).wait(timeout=10) if psutil.pid_exists(old_zygote) else None
+
+
+def test_a_worker_of_another_protocol_is_replaced_and_its_probe_goes_on_from_the_stored_state(tmp_path, pod_netns):
+    server = listen(pod_netns)
+    first = DaemonProcess(tmp_path).start()
+    probe_id = ready_probe(first, pod_netns, server.port)
+    before = status(first, probe_id=probe_id)
+    old_worker = before.probes[0].worker.pid
+    assert first.stop(signal.SIGTERM) == 0
+    newer = code_copy(tmp_path / "next", {"probe_api/worker_protocol.py": (
+        "WORKER_PROTOCOL_VERSION = ", "WORKER_PROTOCOL_VERSION = 1 + ")})
+    second = DaemonProcess(tmp_path, code_root=newer).start()
+    try:
+        psutil.Process(old_worker).wait(timeout=10) if psutil.pid_exists(old_worker) else None
+        (probe,) = status(second, probe_id=probe_id).probes
+        # Not adopted: a new worker, yet the probe is as it was (no "not ready" in between) ...
+        assert probe.state == spec_pb.STATE_SUCCESS
+        assert probe.state_changed_at == before.probes[0].state_changed_at
+        assert probe.totals.success >= before.probes[0].totals.success
+        events = watch_after_restart(second, before.instance_id, before.revision, probe_id, attempts=2)
+        assert not [e for e in events if e.type in (service_pb.SNAPSHOT, service_pb.RESYNC)]
+        attempts = [e.probe for e in events if e.type == service_pb.ATTEMPT]
+        assert {p.state for p in attempts} == {spec_pb.STATE_SUCCESS}
+        # ... its worker is a new one, and the count of successes goes on from the stored one.
+        assert attempts[-1].worker.pid not in (0, old_worker)
+        assert attempts[-1].consecutive_successes > 3
+    finally:
+        second.stop()
+
+
+def test_a_crashed_worker_comes_back_with_its_probes_where_they_stood(tmp_path, pod_netns):
+    """Not a daemon restart, but the same promise: the supervisor restarts a killed worker and its readiness
+    probe stays ready (a new worker used to start it over from "not ready")."""
+    server = listen(pod_netns)
+    daemon = DaemonProcess(tmp_path).start()
+    try:
+        probe_id = ready_probe(daemon, pod_netns, server.port)
+        before = status(daemon, probe_id=probe_id)
+        old_worker = before.probes[0].worker.pid
+        psutil.Process(old_worker).kill()
+        events = watch_after_restart(daemon, before.instance_id, before.revision, probe_id, attempts=2)
+        attempts = [e.probe for e in events if e.type == service_pb.ATTEMPT]
+        assert attempts[-1].worker.pid not in (0, old_worker) and attempts[-1].worker.restarts == 1
+        assert {e.probe.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
+        assert status(daemon, probe_id=probe_id).probes[0].state_changed_at == before.probes[0].state_changed_at
+    finally:
+        daemon.stop()
