@@ -1,16 +1,14 @@
 """Probe workers, each serving a group of sandboxes: spawned through the zygote, watched, restarted, stopped.
 
 Which sandboxes share a worker is worker_groups.py's rule (one Kubernetes namespace per worker, at most
-`sandboxes_per_worker` of them; a group of one in the strict mode). The supervisor owns each group's worker
-life, and per sandbox the registrations it must run, so that a restarted worker gets every probe back. A life
-is: spawn through the zygote, wait for Ready (or Fatal), then attach every sandbox of the group (assign its
-netns to the worker at the broker, AddSandbox, replay AddProbe for its registrations), then serve requests and
-forward events until the worker dies, hangs (no frame, heartbeats included, for heartbeat_timeout_s) or is
-stopped. A crash or a hang is followed by a restart after an exponential backoff (state BACKOFF; a worker that
-cannot start is FAILED with the worker's message, and is retried the same way). A sandbox that cannot be
-attached (its netns is gone) is FAILED alone and retried with its own backoff; its group runs on. Every state
-change is reported per sandbox through `on_worker`; attempts and state changes of probes go to `on_event`, with
-their sandbox, in the order the worker sent them.
+`sandboxes_per_worker` of them; a group of one in the strict mode). The supervisor owns the groups and, per
+sandbox, the registrations its worker must run, so that a restarted worker gets every probe back, each with its
+progress (where it stood: no state change without an attempt). A sandbox joins its group's running worker by an
+assignment of its netns at the broker, AddSandbox and its registrations; one that cannot be attached (its netns is
+gone) is FAILED alone and retried with its own backoff, its group runs on. A worker's lives (spawn, watch,
+restart with backoff, adoption) are worker_lives.py's. Every state change is reported per sandbox through
+`on_worker`; attempts and state changes of probes go to `on_event`, with their sandbox, in the order the worker
+sent them.
 
 The zygote is also the netns broker: a worker whose zygote died loses its probe sockets and ends, and is
 restarted through the new zygote. The daemon is a child subreaper, so such a worker becomes the daemon's own
@@ -28,28 +26,26 @@ with the daemon: the zygote kills its children when the daemon's end of its sock
 Nothing here is unbounded: frames are read by one protocol per worker and handed to
 `on_event` synchronously (no queue), requests wait with timeouts, and a worker that
 stops reading its requests is treated as hung. That connection is worker_connection.py's;
-the process (pidfd, exit status, adoption) is worker_process.py's; this module is the
-supervision: lives, restarts, backoff, registrations.
+the process (pidfd, exit status) is worker_process.py's, the zygotes zygote_pool.py's; this
+module is the supervision: groups, sandboxes, registrations, handover.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, validate_registration, validate_run_once
-from shim.adoption import probe_plan
 from shim.backoff import Backoff
-from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerConnection, WorkerUnavailable
-from shim.worker_process import EXIT_GRACE_S, WorkerProcess
+from shim.supervised import Group, Member, SandboxTarget, WorkerRejected
+from shim.worker_connection import REQUEST_TIMEOUT_S, WorkerUnavailable
+from shim.worker_lives import WorkerLives
 from shim.worker_groups import (
     DEFAULT_SANDBOXES_PER_WORKER,
     POOLED,
@@ -59,14 +55,12 @@ from shim.worker_groups import (
     new_group_name,
     worker_open_files,
 )
-from shim.zygote import SpawnedWorker, Zygote, ZygoteError
-from shim.zygote_pool import Adoption, ZygoteFactory, ZygotePool
+from shim.zygote import Zygote, ZygoteError
+from shim.zygote_pool import ZygoteFactory, ZygotePool
 
 __all__ = ["Backoff", "SandboxTarget", "WorkerRejected", "WorkerSupervisor", "WorkerUnavailable"]
 
 log = logging.getLogger("probe_shim.supervisor")
-
-KILL_TIMEOUT_S = 5.0
 
 # Worker states in which run_once stops waiting: it has a connection to use, or never will.
 _RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED, service_pb.WORKER_NONE})
@@ -77,73 +71,7 @@ ProgressOf = Callable[[str], "worker_pb.ProbeProgress | None"]
 ADOPT_TIMEOUT_S = 10.0
 
 
-@dataclass
-class SandboxTarget:
-    sandbox_id: str
-    netns_path: str
-    pod_ips: list[str] = field(default_factory=list)
-    tenancy: str = ""  # the pod's Kubernetes namespace: workers never mix two
-
-    @classmethod
-    def of(cls, sandbox) -> "SandboxTarget":
-        """From a shim.sandboxes.SandboxInfo."""
-        return cls(sandbox_id=sandbox.id, netns_path=sandbox.netns_path, pod_ips=list(sandbox.pod_ips),
-                   tenancy=sandbox.namespace)
-
-
-class WorkerRejected(Exception):
-    """The worker (or the same validation, run here first) refused a probe."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("; ".join(errors))
-        self.errors = list(errors)
-
-
-# --- groups and their sandboxes ---------------------------------------------------------------
-
-@dataclass
-class _Group:
-    name: str
-    tenancy: str
-    status: service_pb.WorkerStatus  # the worker's: state, pid, restarts, last error, start
-    stopping: asyncio.Future[None]
-    members: dict[str, "_Member"] = field(default_factory=dict)
-    conn: WorkerConnection | None = None  # set while RUNNING
-    zygote: Zygote | None = None  # the one that forked the running worker: its broker holds the netns
-    task: asyncio.Task[None] | None = None
-    adoption: Adoption | None = None  # an earlier daemon's worker, taken over by this group's first life
-    # Adopted from a zygote of another version (an upgrade): it keeps its sandboxes, takes no new one (those get
-    # workers of the new code), and its next life, if any, is a worker of the new code.
-    closed: bool = False
-
-
-@dataclass
-class _Member:
-    target: SandboxTarget
-    group: _Group
-    backoff: Backoff
-    status: service_pb.WorkerStatus = field(default_factory=service_pb.WorkerStatus)  # as last reported
-    changed: asyncio.Future[None] | None = None  # resolved (and replaced) at every status change
-    regs: dict[str, worker_pb.ProbeRegistration] = field(default_factory=dict)
-    attached: bool = False  # the running worker serves it (assigned at the broker, AddSandbox answered)
-    netns_inode: int = 0
-    error: str = ""  # why it could not be attached; retried with its backoff
-    attaching: asyncio.Task[None] | None = None
-    inflight: int = 0  # run_once calls: the worker must outlive them even with no probe
-    pinned: bool = False  # ensure()d: kept with no probe until its last probe is removed
-    kept_warm: bool = False  # the kubelet bridge probes here: kept until the sandbox stops
-    # In an adopted worker whose probes are not reconciled yet: registrations are kept, not sent (the adoption
-    # sends only what differs from what the worker runs).
-    reconciling: bool = False
-
-
-@dataclass
-class _LifeEnd:
-    reason: str
-    fatal: bool = False  # the worker said it cannot start (FAILED rather than BACKOFF)
-
-
-class WorkerSupervisor:
+class WorkerSupervisor(WorkerLives):
     def __init__(
         self,
         zygote_factory: ZygoteFactory,
@@ -187,8 +115,8 @@ class WorkerSupervisor:
             protocol_version=WORKER_PROTOCOL_VERSION,
         )
         self._progress_of = progress_of or (lambda probe_id: None)
-        self._members: dict[str, _Member] = {}
-        self._groups: dict[str, _Group] = {}
+        self._members: dict[str, Member] = {}
+        self._groups: dict[str, Group] = {}
         self._zygotes = ZygotePool(zygote_factory, self._backoff, handover_dir)
         self._closing = False
 
@@ -202,7 +130,7 @@ class WorkerSupervisor:
         for adoption in adoptions:
             config = adoption.worker.config
             name = config.group or f"adopted#{adoption.worker.pid}"
-            group = _Group(name=name, tenancy=config.tenancy, stopping=asyncio.get_running_loop().create_future(),
+            group = Group(name=name, tenancy=config.tenancy, stopping=asyncio.get_running_loop().create_future(),
                            status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING), adoption=adoption,
                            closed=adoption.zygote is not self._zygotes.spawner)
             self._groups[name] = group
@@ -403,7 +331,7 @@ class WorkerSupervisor:
 
     # --- sandboxes ----------------------------------------------------------------------------
 
-    def _member(self, target: SandboxTarget) -> _Member:
+    def _member(self, target: SandboxTarget) -> Member:
         member = self._members.get(target.sandbox_id)
         if member is not None:
             member.target = target  # used from the next attachment on
@@ -411,7 +339,7 @@ class WorkerSupervisor:
         if self._closing:
             raise WorkerUnavailable("the supervisor is closing")
         group = self._group_for(target)
-        member = _Member(target=target, group=group, backoff=Backoff(*self._backoff),
+        member = Member(target=target, group=group, backoff=Backoff(*self._backoff),
                          changed=asyncio.get_running_loop().create_future())
         self._members[target.sandbox_id] = member
         group.members[target.sandbox_id] = member
@@ -420,7 +348,7 @@ class WorkerSupervisor:
             self._start_attaching(member)
         return member
 
-    def _group_for(self, target: SandboxTarget) -> _Group:
+    def _group_for(self, target: SandboxTarget) -> Group:
         for group in self._groups.values():
             if group.adoption is not None and target.sandbox_id in group.adoption.worker.sandboxes:
                 return group  # the running worker that serves it already
@@ -432,18 +360,18 @@ class WorkerSupervisor:
         name = new_group_name(sandbox_id=target.sandbox_id, tenancy=target.tenancy, isolation=self._isolation,
                               taken=self._groups)
         loop = asyncio.get_running_loop()
-        group = _Group(name=name, tenancy=target.tenancy, stopping=loop.create_future(),
+        group = Group(name=name, tenancy=target.tenancy, stopping=loop.create_future(),
                        status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING))
         self._groups[name] = group
         group.task = asyncio.create_task(self._supervise(group), name=f"worker {name}")
         return group
 
-    async def _stop_if_idle(self, member: _Member) -> None:
+    async def _stop_if_idle(self, member: Member) -> None:
         if not (member.pinned or member.kept_warm or member.regs or member.inflight) \
                 and self._members.get(member.target.sandbox_id) is member:
             await self.stop_sandbox(member.target.sandbox_id)
 
-    def _member_status(self, member: _Member) -> service_pb.WorkerStatus:
+    def _member_status(self, member: Member) -> service_pb.WorkerStatus:
         """The sandbox's view of its worker: the worker's state, narrowed by the sandbox's own attachment."""
         group = member.group
         status = service_pb.WorkerStatus()
@@ -458,7 +386,7 @@ class WorkerSupervisor:
                 status.netns_inode = member.netns_inode
         return status
 
-    def _report(self, member: _Member, status: service_pb.WorkerStatus | None = None) -> None:
+    def _report(self, member: Member, status: service_pb.WorkerStatus | None = None) -> None:
         status = status if status is not None else self._member_status(member)
         if status == member.status:
             return
@@ -473,14 +401,14 @@ class WorkerSupervisor:
         except Exception:  # a broken callback must not take the supervision down
             log.exception("on_worker callback failed", extra={"sandbox": member.target.sandbox_id})
 
-    def _set(self, group: _Group, state: int, **fields) -> None:
+    def _set(self, group: Group, state: int, **fields) -> None:
         group.status.state = state
         for name, value in fields.items():
             setattr(group.status, name, value)
         for member in list(group.members.values()):
             self._report(member)
 
-    async def _wait_until(self, member: _Member, predicate: Callable[[], bool], timeout_s: float | None) -> None:
+    async def _wait_until(self, member: Member, predicate: Callable[[], bool], timeout_s: float | None) -> None:
         async def wait() -> None:
             while not predicate():
                 await asyncio.shield(member.changed)
@@ -488,7 +416,7 @@ class WorkerSupervisor:
         await asyncio.wait_for(wait(), timeout_s)
 
     @staticmethod
-    def _unavailable(member: _Member) -> str:
+    def _unavailable(member: Member) -> str:
         state = service_pb.WorkerState.Name(member.status.state)
         detail = f": {member.status.last_error}" if member.status.last_error else ""
         return f"no running worker for sandbox {member.target.sandbox_id} ({state}{detail})"
@@ -504,17 +432,7 @@ class WorkerSupervisor:
         out.progress.CopyFrom(progress)
         return out
 
-    async def _stop_unneeded(self, group: _Group) -> None:
-        """An adopted worker no sandbox needs any more: killed (its broker forgets it when it is reaped)."""
-        adoption = group.adoption
-        proc = WorkerProcess(SpawnedWorker(pid=adoption.worker.pid, sock=None, pidfd=adoption.worker.pidfd,
-                                           exited=adoption.worker.exited))
-        proc.kill()
-        await asyncio.wait([proc.gone], timeout=KILL_TIMEOUT_S)
-        proc.close()
-        self._zygotes.release(adoption.zygote, {g.zygote for g in self._groups.values()})
-
-    def _forward(self, group: _Group, event: worker_pb.WorkerEvent) -> None:
+    def _forward(self, group: Group, event: worker_pb.WorkerEvent) -> None:
         kind = event.WhichOneof("msg")
         sandbox_id = event.attempt.sandbox_id if kind == "attempt" else event.state_change.sandbox_id
         member = group.members.get(sandbox_id)
@@ -527,12 +445,12 @@ class WorkerSupervisor:
 
     # --- a sandbox in its worker ----------------------------------------------------------------
 
-    def _start_attaching(self, member: _Member, delay_s: float = 0.0) -> None:
+    def _start_attaching(self, member: Member, delay_s: float = 0.0) -> None:
         if member.attaching is None or member.attaching.done():
             member.attaching = asyncio.create_task(self._attach(member, delay_s),
                                                    name=f"attach {member.target.sandbox_id}")
 
-    async def _attach(self, member: _Member, delay_s: float = 0.0) -> None:
+    async def _attach(self, member: Member, delay_s: float = 0.0) -> None:
         """Assigns the sandbox's netns to the running worker at the broker, then AddSandbox and its probes."""
         if delay_s:
             await asyncio.sleep(delay_s)
@@ -577,7 +495,7 @@ class WorkerSupervisor:
                 log.error("worker rejected probe %s: %s", probe_id, "; ".join(answer.rejected.errors),
                           extra={"sandbox": target.sandbox_id})
 
-    async def _detach(self, member: _Member) -> None:
+    async def _detach(self, member: Member) -> None:
         """Out of a worker that serves others: RemoveSandbox (its probes stop), then the broker takes its netns back."""
         group = member.group
         conn, zygote, pid = group.conn, group.zygote, group.status.pid
@@ -591,204 +509,3 @@ class WorkerSupervisor:
             pass  # dead or hung: the broker forgets it with the worker
         if zygote is not None:
             await zygote.unassign(pid, member.target.sandbox_id)
-
-    # --- a worker's lives ------------------------------------------------------------------------
-
-    async def _stop_group(self, group: _Group) -> None:
-        if self._groups.get(group.name) is group:
-            del self._groups[group.name]
-        if not group.stopping.done():
-            group.stopping.set_result(None)
-        if group.task is not None:
-            await asyncio.shield(group.task)
-
-    async def _supervise(self, group: _Group) -> None:
-        loop = asyncio.get_running_loop()
-        backoff = Backoff(*self._backoff)
-        while True:
-            began = loop.time()
-            try:
-                end = await self._live(group)
-            except Exception as exc:  # a bug here must not leave the sandboxes unsupervised
-                log.exception("supervising the worker failed", extra={"group": group.name})
-                end = _LifeEnd(f"internal error: {exc!r}")
-            if group.stopping.done():
-                return
-            delay = backoff.next_delay(loop.time() - began)
-            state = service_pb.WORKER_FAILED if end.fatal else service_pb.WORKER_BACKOFF
-            self._set(group, state, pid=0, last_error=end.reason, restarts=group.status.restarts + 1)
-            log.warning("worker ended: %s; restarting in %.3gs", end.reason, delay,
-                        extra={"group": group.name, "restarts": group.status.restarts})
-            await asyncio.wait([group.stopping], timeout=delay)
-            if group.stopping.done():
-                return
-
-    async def _live(self, group: _Group) -> _LifeEnd:
-        """One worker, from spawn (or adoption) to death; returns why it ended (stopping: returns at once)."""
-        self._set(group, service_pb.WORKER_STARTING, pid=0)
-        adoption, group.adoption = group.adoption, None
-        if adoption is not None:
-            zygote = adoption.zygote
-            worker = SpawnedWorker(pid=adoption.worker.pid, sock=None, pidfd=adoption.worker.pidfd,
-                                   exited=adoption.worker.exited)
-        else:
-            config = worker_pb.WorkerConfig()
-            config.CopyFrom(self._config)
-            config.group, config.tenancy = group.name, group.tenancy
-            try:
-                zygote = await self._zygotes.get()
-                worker = await zygote.spawn(config, self._start_timeout_s)
-            except (ZygoteError, TimeoutError) as exc:
-                return _LifeEnd(f"cannot spawn a worker: {exc or 'the zygote did not answer in time'}")
-        proc = WorkerProcess(worker)
-        conn = WorkerConnection(lambda event: self._forward(group, event))
-        try:
-            if adoption is not None:
-                try:
-                    worker.sock = await self._reattach(group, adoption)
-                except (ZygoteError, TimeoutError) as exc:
-                    return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no answer'}")
-            try:
-                await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=worker.sock)
-            except OSError as exc:
-                worker.sock.close()
-                return await self._bury(proc, conn, f"cannot watch the worker's socket: {exc}")
-            return await self._serve(group, zygote, proc, conn, adopted=adoption is not None)
-        finally:
-            group.conn = group.zygote = None
-            for member in group.members.values():
-                member.attached = member.reconciling = False
-                if member.attaching is not None:
-                    member.attaching.cancel()
-            conn.fail("stopped")
-            proc.close()
-            self._zygotes.release(zygote, {g.zygote for g in self._groups.values()})
-
-    async def _reattach(self, group: _Group, adoption: Adoption) -> socket.socket:
-        """A new socket to the adopted worker, passed on by its broker. Its sandboxes count as attached from now
-        on: the events it queued while no daemon listened are theirs, and come first."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            await adoption.zygote.reattach(adoption.worker.pid, theirs)
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        for sandbox_id, inode in adoption.worker.sandboxes.items():
-            member = group.members.get(sandbox_id)
-            if member is not None:
-                member.attached, member.reconciling, member.netns_inode = True, True, inode
-        return ours
-
-    async def _take_over(self, group: _Group, zygote: Zygote, pid: int, conn: WorkerConnection) -> None:
-        """An adopted worker: what it runs (Snapshot) reaches the results first, then it is changed to run
-        exactly the registrations, touching nothing else: sandboxes nobody needs leave, probes nobody registered
-        stop, probes that differ (or are missing) are sent with their progress."""
-        reply = await conn.request(self._request_timeout_s, resume=worker_pb.Resume())
-        snapshot = reply.snapshot
-        ours = worker_pb.Snapshot(dropped_events=snapshot.dropped_events)
-        ours.probes.extend(p for p in snapshot.probes if p.registration.sandbox_id in group.members)
-        if ours.probes:
-            self._on_event("", worker_pb.WorkerEvent(snapshot=ours))
-        if snapshot.dropped_events:
-            log.warning("the worker dropped %d events while no daemon listened", snapshot.dropped_events,
-                        extra={"group": group.name})
-        for sandbox in snapshot.sandboxes:
-            if sandbox.sandbox_id not in group.members:
-                await conn.request(self._request_timeout_s, remove_sandbox=worker_pb.RemoveSandbox(
-                    sandbox_id=sandbox.sandbox_id))
-                await zygote.unassign(pid, sandbox.sandbox_id)
-        running: dict[str, dict[str, worker_pb.ProbeRegistration]] = {}
-        for probe in snapshot.probes:
-            running.setdefault(probe.registration.sandbox_id, {})[probe.registration.probe_id] = probe.registration
-        for member in group.members.values():
-            if not member.reconciling:
-                continue
-            member.reconciling = False
-            now = running.get(member.target.sandbox_id, {})
-            plan = probe_plan(member.regs, now)
-            for probe_id in plan.remove:
-                conn.submit(expect_reply=False, remove_probe=worker_pb.RemoveProbe(
-                    probe_id=probe_id, sandbox_id=member.target.sandbox_id))
-            for probe_id, reg in member.regs.items():
-                if probe_id not in plan.add and not reg.container.started_at_unix_ns:
-                    reg.container.started_at_unix_ns = now[probe_id].container.started_at_unix_ns
-            for probe_id in plan.add:
-                conn.submit(add_probe=worker_pb.AddProbe(probe=self._with_progress(member.regs[probe_id])))
-
-    async def _serve(self, group: _Group, zygote: Zygote, proc: WorkerProcess, conn: WorkerConnection,
-                     adopted: bool = False) -> _LifeEnd:
-        ended = {conn.lost, proc.gone, group.stopping}
-        done, _ = await asyncio.wait(ended | {conn.first}, timeout=self._start_timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if group.stopping.done():
-            return await self._shutdown(proc, conn)
-        if not conn.first.done():
-            reason = f"no Ready from the worker within {self._start_timeout_s:g}s" if not done else None
-            return await self._bury(proc, conn, reason)
-        first = conn.first.result()
-        if first.WhichOneof("msg") == "fatal":
-            await self._bury(proc, conn, first.fatal.message)
-            return _LifeEnd(first.fatal.message, fatal=True)
-
-        ready = first.ready
-        if conn.lost.done():  # Ready, then gone at once
-            return await self._bury(proc, conn, None)
-        if adopted:
-            if ready.protocol_version != WORKER_PROTOCOL_VERSION:
-                return await self._bury(proc, conn, f"the running worker speaks worker protocol "
-                                                    f"{ready.protocol_version}, not {WORKER_PROTOCOL_VERSION}")
-            try:
-                await self._take_over(group, zygote, ready.pid, conn)
-            except (WorkerUnavailable, TimeoutError) as exc:
-                return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no snapshot'}")
-        group.conn, group.zygote = conn, zygote
-        # last_error stays: why the previous life ended is what an operator looking at restarts wants to know.
-        self._set(group, service_pb.WORKER_RUNNING, pid=ready.pid, started_at=time.time_ns())
-        log.info("worker running", extra={"group": group.name, "pid": ready.pid, "sandboxes": len(group.members),
-                                          "restarts": group.status.restarts})
-        for member in list(group.members.values()):
-            member.error = ""
-            if not member.attached:  # adopted ones are attached already
-                self._start_attaching(member)
-
-        loop = asyncio.get_running_loop()
-        tick = min(self._heartbeat_interval_s, self._heartbeat_timeout_s / 4)
-        while True:
-            await asyncio.wait(ended, timeout=tick, return_when=asyncio.FIRST_COMPLETED)
-            if group.stopping.done():
-                return await self._shutdown(proc, conn)
-            if conn.lost.done() or proc.gone.done():
-                return await self._bury(proc, conn, None)
-            idle = loop.time() - conn.last_frame
-            if idle >= self._heartbeat_timeout_s:
-                return await self._bury(proc, conn, f"missed heartbeats for {self._heartbeat_timeout_s:g}s")
-            if idle >= self._heartbeat_interval_s:
-                try:  # only when quiet: the worker's own heartbeats usually make this unnecessary
-                    conn.submit(expect_reply=False, heartbeat=worker_pb.Heartbeat(unix_ns=time.time_ns()))
-                except WorkerUnavailable:
-                    pass
-
-    async def _bury(self, proc: WorkerProcess, conn: WorkerConnection, reason: str | None) -> _LifeEnd:
-        """Makes sure the worker is dead (and reaped); the reason is ours (a hang) or its exit status."""
-        eof = conn.lost.done()  # the worker closed its end (or died) before we gave up on it
-        conn.fail(reason or "worker died")
-        if reason is None and eof and not proc.gone.done():
-            # EOF usually means it is exiting: give it a moment to report the real status.
-            await asyncio.wait([proc.gone], timeout=EXIT_GRACE_S)
-        proc.kill()
-        await asyncio.wait([proc.gone], timeout=KILL_TIMEOUT_S)
-        status = await proc.exit_reason() if proc.gone.done() else None
-        if reason is not None:
-            return _LifeEnd(reason)
-        return _LifeEnd(status or conn.lost.result())
-
-    async def _shutdown(self, proc: WorkerProcess, conn: WorkerConnection) -> _LifeEnd:
-        if conn.first.done() and not conn.lost.done():
-            try:
-                await conn.request(self._stop_timeout_s, shutdown=worker_pb.Shutdown())
-            except (WorkerUnavailable, TimeoutError):
-                pass
-            await asyncio.wait([proc.gone], timeout=self._stop_timeout_s)
-        return await self._bury(proc, conn, "stopped")
