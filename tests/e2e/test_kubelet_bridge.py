@@ -22,6 +22,7 @@ What each test proves:
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 import urllib.request
@@ -31,7 +32,8 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from shim.bridge.command import MARKER, command_for
-from tests.containerd_env import HTTP_PORT, Kubelet
+from tests.containerd_env import HTTP_PORT, CriClient, Kubelet
+from tests.daemon_env import DaemonProcess
 from tests.e2e.test_containerd import cannot_connect, probectl
 from tests.kubelet_exec_model import hook_error, probe_verdict
 from tests.netns_env import REPO_ROOT
@@ -239,3 +241,30 @@ def test_the_pods_worker_stays_up_between_calls_and_goes_with_the_pod(containerd
     assert answer.exit_code == 3 and answer.stderr.decode().startswith("cri-probe-shim: cannot probe: ")
     kubelet.remove_pod(pod)
     assert row() is None, "the pod's bridged rows go with it"
+
+
+def test_a_shim_restart_keeps_the_bridged_rows_and_the_pods_worker(containerd, make_shim, pod):
+    """`systemctl restart probe-shim` (SIGTERM, then the same ExecStart): the kubelet's next ExecSync is answered by
+    the pod's same worker, adopted by the new shim, and the row the old shim showed is there before it."""
+    first = make_shim()
+    container = pod.containers["http"]
+    cmd = readiness({"httpGet": {"path": "/healthz", "port": HTTP_PORT}}, "--target", "loopback")
+    assert Kubelet(first.cri, containerd).exec_sync(container, cmd, PROBE_TIMEOUT_S).exit_code == 0
+    (before,) = first.stub.ProbeStatus(service_pb.ProbeStatusRequest(
+        filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
+    assert first.stop(signal.SIGTERM) == 0
+    second = DaemonProcess(first.workdir, first.extra_args).start()
+    try:
+        second.cri = CriClient(second.channel)
+        (restored,) = second.stub.ProbeStatus(service_pb.ProbeStatusRequest(
+            filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
+        assert restored.probe_id == before.probe_id and restored.bridged.role == "readiness"
+        assert restored.last_attempt == before.last_attempt and restored.totals == before.totals
+        answer = Kubelet(second.cri, containerd).exec_sync(container, cmd, PROBE_TIMEOUT_S)
+        assert answer.exit_code == 0 and answer.stdout.decode() == f"ok {containerd.images.token}\n"
+        (after,) = second.stub.ProbeStatus(service_pb.ProbeStatusRequest(
+            filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
+        assert after.worker.pid == before.worker.pid, "the pod's worker was not adopted"
+        assert after.totals.success == before.totals.success + 1
+    finally:
+        assert second.stop() == 0
