@@ -119,6 +119,15 @@ async def start_worker(handover: Handover | None):
     return daemon, task, stop
 
 
+async def probing_worker(target):
+    """A worker that outlives its daemon, probing the target: (handover, its daemon, its task, its stop)."""
+    handover = Handover()
+    daemon, task, stop = await start_worker(handover)
+    assert (await daemon.request(add_probe=worker_pb.AddProbe(probe=registration(target.port)))).ack
+    await daemon.next("attempt")
+    return handover, daemon, task, stop
+
+
 def new_daemon(handover: Handover) -> Daemon:
     ours, theirs = socket.socketpair()
     handover.put(theirs)
@@ -251,10 +260,7 @@ async def test_without_handover_eof_ends_the_worker(target):
 
 @in_loop
 async def test_a_worker_outlives_a_daemon_that_died_and_serves_the_next(target):
-    handover = Handover()
-    first, task, stop = await start_worker(handover)
-    assert (await first.request(add_probe=worker_pb.AddProbe(probe=registration(target.port)))).ack
-    await first.next("attempt")
+    handover, first, task, stop = await probing_worker(target)
     first.close()  # kill -9: no goodbye
     await target.probed(3)  # the worker probes on with no daemon
     assert not task.done()
@@ -292,10 +298,7 @@ async def test_a_worker_outlives_a_daemon_that_died_and_serves_the_next(target):
 
 @in_loop
 async def test_after_detach_nothing_more_is_written_to_the_old_daemon(target):
-    handover = Handover()
-    first, task, stop = await start_worker(handover)
-    assert (await first.request(add_probe=worker_pb.AddProbe(probe=registration(target.port)))).ack
-    await first.next("attempt")
+    handover, first, task, stop = await probing_worker(target)
     assert (await first.request(detach=worker_pb.Detach())).ack
     # Detached: the old daemon hears nothing more, though the worker probes on.
     await target.probed(2)
