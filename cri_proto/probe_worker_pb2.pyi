@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerConfig(_message.Message):
-    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group", "outlives_daemon", "protocol_version", "tenancy")
+    __slots__ = ("user_agent_version", "run_as_uid", "run_as_gid", "keep_privileges", "max_memory_bytes", "max_open_files", "heartbeat_interval_ms", "group", "outlives_daemon", "protocol_version", "tenancy", "restarts")
     USER_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_GID_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class WorkerConfig(_message.Message):
     OUTLIVES_DAEMON_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TENANCY_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
     user_agent_version: str
     run_as_uid: int
     run_as_gid: int
@@ -31,7 +32,8 @@ class WorkerConfig(_message.Message):
     outlives_daemon: bool
     protocol_version: int
     tenancy: str
-    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ..., outlives_daemon: _Optional[bool] = ..., protocol_version: _Optional[int] = ..., tenancy: _Optional[str] = ...) -> None: ...
+    restarts: int
+    def __init__(self, user_agent_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., keep_privileges: _Optional[bool] = ..., max_memory_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., group: _Optional[str] = ..., outlives_daemon: _Optional[bool] = ..., protocol_version: _Optional[int] = ..., tenancy: _Optional[str] = ..., restarts: _Optional[int] = ...) -> None: ...
 
 class AddSandbox(_message.Message):
     __slots__ = ("sandbox_id", "pod_ips")

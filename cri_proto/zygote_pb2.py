@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cri_proto import probe_worker_pb2 as cri__proto_dot_probe__worker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63ri_proto/zygote.proto\x12\x1druntime.probe.zygote.v1alpha1\x1a\x1c\x63ri_proto/probe_worker.proto\"D\n\x05Spawn\x12;\n\x06\x63onfig\x18\x01 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfig\"Z\n\x06\x41ssign\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\x12\x12\n\nnetns_path\x18\x03 \x01(\t\x12\x14\n\x0c\x66ind_pod_ips\x18\x04 \x01(\x08\"2\n\x08Unassign\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\"\n\n\x08Shutdown\"\x07\n\x05\x41\x64opt\"\x1e\n\x08Reattach\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\"\x81\x03\n\rZygoteRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05spawn\x18\x02 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.SpawnH\x00\x12\x37\n\x06\x61ssign\x18\x03 \x01(\x0b\x32%.runtime.probe.zygote.v1alpha1.AssignH\x00\x12;\n\x08unassign\x18\x04 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.UnassignH\x00\x12;\n\x08shutdown\x18\x05 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.ShutdownH\x00\x12\x35\n\x05\x61\x64opt\x18\x06 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.AdoptH\x00\x12;\n\x08reattach\x18\x07 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.ReattachH\x00\x42\x05\n\x03msg\"\x9f\x01\n\x05Hello\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x19\n\x11preloaded_modules\x18\x02 \x01(\x05\x12\x11\n\tgc_frozen\x18\x03 \x01(\x08\x12\x18\n\x10protocol_version\x18\x04 \x01(\r\x12\x1f\n\x17worker_protocol_version\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x07 \x01(\x08\"\x93\x01\n\tAdoptable\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12;\n\x06\x63onfig\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfig\x12<\n\tsandboxes\x18\x03 \x03(\x0b\x32).runtime.probe.zygote.v1alpha1.Assignment\"5\n\nAssignment\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0bnetns_inode\x18\x02 \x01(\x04\"\x1c\n\tAdoptDone\x12\x0f\n\x07workers\x18\x01 \x01(\x05\"\x0c\n\nReattached\"\x16\n\x07Spawned\x12\x0b\n\x03pid\x18\x01 \x01(\x05\"\x1e\n\x0bSpawnFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\">\n\x0cWorkerExited\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\"0\n\x08\x41ssigned\x12\x13\n\x0bnetns_inode\x18\x01 \x01(\x04\x12\x0f\n\x07pod_ips\x18\x02 \x03(\t\"\x1f\n\x0c\x41ssignFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xd9\x04\n\x0bZygoteEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05hello\x18\x02 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.HelloH\x00\x12\x39\n\x07spawned\x18\x03 \x01(\x0b\x32&.runtime.probe.zygote.v1alpha1.SpawnedH\x00\x12\x42\n\x0cspawn_failed\x18\x04 \x01(\x0b\x32*.runtime.probe.zygote.v1alpha1.SpawnFailedH\x00\x12=\n\x06\x65xited\x18\x05 \x01(\x0b\x32+.runtime.probe.zygote.v1alpha1.WorkerExitedH\x00\x12;\n\x08\x61ssigned\x18\x06 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.AssignedH\x00\x12\x44\n\rassign_failed\x18\x07 \x01(\x0b\x32+.runtime.probe.zygote.v1alpha1.AssignFailedH\x00\x12=\n\tadoptable\x18\x08 \x01(\x0b\x32(.runtime.probe.zygote.v1alpha1.AdoptableH\x00\x12>\n\nadopt_done\x18\t \x01(\x0b\x32(.runtime.probe.zygote.v1alpha1.AdoptDoneH\x00\x12?\n\nreattached\x18\n \x01(\x0b\x32).runtime.probe.zygote.v1alpha1.ReattachedH\x00\x42\x05\n\x03msgb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63ri_proto/zygote.proto\x12\x1druntime.probe.zygote.v1alpha1\x1a\x1c\x63ri_proto/probe_worker.proto\"D\n\x05Spawn\x12;\n\x06\x63onfig\x18\x01 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfig\"Z\n\x06\x41ssign\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\x12\x12\n\nnetns_path\x18\x03 \x01(\t\x12\x14\n\x0c\x66ind_pod_ips\x18\x04 \x01(\x08\"2\n\x08Unassign\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\"\n\n\x08Shutdown\"\x07\n\x05\x41\x64opt\"\x1e\n\x08Reattach\x12\x12\n\nworker_pid\x18\x01 \x01(\x05\"\x81\x03\n\rZygoteRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05spawn\x18\x02 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.SpawnH\x00\x12\x37\n\x06\x61ssign\x18\x03 \x01(\x0b\x32%.runtime.probe.zygote.v1alpha1.AssignH\x00\x12;\n\x08unassign\x18\x04 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.UnassignH\x00\x12;\n\x08shutdown\x18\x05 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.ShutdownH\x00\x12\x35\n\x05\x61\x64opt\x18\x06 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.AdoptH\x00\x12;\n\x08reattach\x18\x07 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.ReattachH\x00\x42\x05\n\x03msg\"\x9f\x01\n\x05Hello\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x19\n\x11preloaded_modules\x18\x02 \x01(\x05\x12\x11\n\tgc_frozen\x18\x03 \x01(\x08\x12\x18\n\x10protocol_version\x18\x04 \x01(\r\x12\x1f\n\x17worker_protocol_version\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x07 \x01(\x08\"\xaf\x01\n\tAdoptable\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12;\n\x06\x63onfig\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfig\x12<\n\tsandboxes\x18\x03 \x03(\x0b\x32).runtime.probe.zygote.v1alpha1.Assignment\x12\x1a\n\x12started_at_unix_ns\x18\x04 \x01(\x03\"5\n\nAssignment\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x13\n\x0bnetns_inode\x18\x02 \x01(\x04\"\x1c\n\tAdoptDone\x12\x0f\n\x07workers\x18\x01 \x01(\x05\"\x0c\n\nReattached\"2\n\x07Spawned\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x1a\n\x12started_at_unix_ns\x18\x02 \x01(\x03\"\x1e\n\x0bSpawnFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\">\n\x0cWorkerExited\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\"0\n\x08\x41ssigned\x12\x13\n\x0bnetns_inode\x18\x01 \x01(\x04\x12\x0f\n\x07pod_ips\x18\x02 \x03(\t\"\x1f\n\x0c\x41ssignFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xd9\x04\n\x0bZygoteEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05hello\x18\x02 \x01(\x0b\x32$.runtime.probe.zygote.v1alpha1.HelloH\x00\x12\x39\n\x07spawned\x18\x03 \x01(\x0b\x32&.runtime.probe.zygote.v1alpha1.SpawnedH\x00\x12\x42\n\x0cspawn_failed\x18\x04 \x01(\x0b\x32*.runtime.probe.zygote.v1alpha1.SpawnFailedH\x00\x12=\n\x06\x65xited\x18\x05 \x01(\x0b\x32+.runtime.probe.zygote.v1alpha1.WorkerExitedH\x00\x12;\n\x08\x61ssigned\x18\x06 \x01(\x0b\x32\'.runtime.probe.zygote.v1alpha1.AssignedH\x00\x12\x44\n\rassign_failed\x18\x07 \x01(\x0b\x32+.runtime.probe.zygote.v1alpha1.AssignFailedH\x00\x12=\n\tadoptable\x18\x08 \x01(\x0b\x32(.runtime.probe.zygote.v1alpha1.AdoptableH\x00\x12>\n\nadopt_done\x18\t \x01(\x0b\x32(.runtime.probe.zygote.v1alpha1.AdoptDoneH\x00\x12?\n\nreattached\x18\n \x01(\x0b\x32).runtime.probe.zygote.v1alpha1.ReattachedH\x00\x42\x05\n\x03msgb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,23 +49,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELLO']._serialized_start=743
   _globals['_HELLO']._serialized_end=902
   _globals['_ADOPTABLE']._serialized_start=905
-  _globals['_ADOPTABLE']._serialized_end=1052
-  _globals['_ASSIGNMENT']._serialized_start=1054
-  _globals['_ASSIGNMENT']._serialized_end=1107
-  _globals['_ADOPTDONE']._serialized_start=1109
-  _globals['_ADOPTDONE']._serialized_end=1137
-  _globals['_REATTACHED']._serialized_start=1139
-  _globals['_REATTACHED']._serialized_end=1151
-  _globals['_SPAWNED']._serialized_start=1153
-  _globals['_SPAWNED']._serialized_end=1175
-  _globals['_SPAWNFAILED']._serialized_start=1177
-  _globals['_SPAWNFAILED']._serialized_end=1207
-  _globals['_WORKEREXITED']._serialized_start=1209
-  _globals['_WORKEREXITED']._serialized_end=1271
-  _globals['_ASSIGNED']._serialized_start=1273
-  _globals['_ASSIGNED']._serialized_end=1321
-  _globals['_ASSIGNFAILED']._serialized_start=1323
-  _globals['_ASSIGNFAILED']._serialized_end=1354
-  _globals['_ZYGOTEEVENT']._serialized_start=1357
-  _globals['_ZYGOTEEVENT']._serialized_end=1958
+  _globals['_ADOPTABLE']._serialized_end=1080
+  _globals['_ASSIGNMENT']._serialized_start=1082
+  _globals['_ASSIGNMENT']._serialized_end=1135
+  _globals['_ADOPTDONE']._serialized_start=1137
+  _globals['_ADOPTDONE']._serialized_end=1165
+  _globals['_REATTACHED']._serialized_start=1167
+  _globals['_REATTACHED']._serialized_end=1179
+  _globals['_SPAWNED']._serialized_start=1181
+  _globals['_SPAWNED']._serialized_end=1231
+  _globals['_SPAWNFAILED']._serialized_start=1233
+  _globals['_SPAWNFAILED']._serialized_end=1263
+  _globals['_WORKEREXITED']._serialized_start=1265
+  _globals['_WORKEREXITED']._serialized_end=1327
+  _globals['_ASSIGNED']._serialized_start=1329
+  _globals['_ASSIGNED']._serialized_end=1377
+  _globals['_ASSIGNFAILED']._serialized_start=1379
+  _globals['_ASSIGNFAILED']._serialized_end=1410
+  _globals['_ZYGOTEEVENT']._serialized_start=1413
+  _globals['_ZYGOTEEVENT']._serialized_end=2014
 # @@protoc_insertion_point(module_scope)

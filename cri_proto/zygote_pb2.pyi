@@ -84,14 +84,16 @@ class Hello(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., preloaded_modules: _Optional[int] = ..., gc_frozen: _Optional[bool] = ..., protocol_version: _Optional[int] = ..., worker_protocol_version: _Optional[int] = ..., version: _Optional[str] = ..., adopted: _Optional[bool] = ...) -> None: ...
 
 class Adoptable(_message.Message):
-    __slots__ = ("pid", "config", "sandboxes")
+    __slots__ = ("pid", "config", "sandboxes", "started_at_unix_ns")
     PID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     config: _probe_worker_pb2.WorkerConfig
     sandboxes: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, pid: _Optional[int] = ..., config: _Optional[_Union[_probe_worker_pb2.WorkerConfig, _Mapping]] = ..., sandboxes: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    started_at_unix_ns: int
+    def __init__(self, pid: _Optional[int] = ..., config: _Optional[_Union[_probe_worker_pb2.WorkerConfig, _Mapping]] = ..., sandboxes: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., started_at_unix_ns: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("sandbox_id", "netns_inode")
@@ -112,10 +114,12 @@ class Reattached(_message.Message):
     def __init__(self) -> None: ...
 
 class Spawned(_message.Message):
-    __slots__ = ("pid",)
+    __slots__ = ("pid", "started_at_unix_ns")
     PID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     pid: int
-    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+    started_at_unix_ns: int
+    def __init__(self, pid: _Optional[int] = ..., started_at_unix_ns: _Optional[int] = ...) -> None: ...
 
 class SpawnFailed(_message.Message):
     __slots__ = ("message",)

@@ -148,7 +148,7 @@ class ProbeRegistry:
             self._results.note_sandbox(sandbox)
             self._results.set_traceparent(probe_id, traceparent)
             await self._start(sandbox, [probe], start_now=True)
-            worker = self._supervisor.status(sandbox.id)
+            worker = self._supervisor.status(sandbox.id, as_reported=True)
             self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
         log.info("probe registered", extra={"probe_id": probe_id, "sandbox": sandbox.id,
                                             "type": spec_pb.ProbeType.Name(req.type)})

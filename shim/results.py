@@ -161,7 +161,8 @@ class ResultsManager:
 
     def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
         for probe in self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id)):
-            self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
+            if probe.worker != status:  # as it was (a worker adopted across a restart): no revision
+                self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
         # A pooled worker's restart reaches each of its sandboxes: counted once, for its group.
         group = status.group or sandbox_id
         if status.restarts > self._restarts_seen.get(group, 0):

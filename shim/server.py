@@ -153,6 +153,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     )
     # The zygote (or the one left running, and its workers), before any grpc object below.
     adopting = await supervisor.start(adopt=bool(handover_dir))
+    # Listening before the restore: what changes while probes are restored and workers adopted is stored too.
+    await writer.start(identity)
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
                              results=results)
 
@@ -185,12 +187,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         with _umask(BIND_UMASK):
             server.add_insecure_port(config.listen)  # binds now; connections are served from start()
         _restrict_socket(config.socket_path, gid)
+        await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up (SERVING last)
         await registry.restore()
-        await supervisor.finish_adoption()
-        await writer.start(identity)
-        metrics.set_adopted_workers(adopting)
+        adopted = await supervisor.finish_adoption()
+        metrics.set_adopted_workers(adopted)
         if adopting:
-            log.info("adopted the running workers", extra={"workers": adopting})
+            log.info("adopted the running workers", extra={"found": adopting, "adopted": adopted})
         await server.start()
         if config.metrics_listen:
             metrics.count_watchers_with(lambda: board.watcher_count)
@@ -211,6 +213,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         await stop.wait()
         notifier.stopping()
         log.info("stopping")
+        board.end_watches()  # watchers resume with the next daemon; in-flight calls get the grace period
     finally:
         for task in tasks:
             task.cancel()

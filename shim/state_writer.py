@@ -2,7 +2,8 @@
 
 Durable: per probe, its thresholded state and what the thresholds need to go on (consecutive counts, on hold), its
 last attempt and totals; a kubelet bridge row whole; and the board's instance id and revision, so that watchers
-resume across a restart. Not durable: worker status (the new daemon's own), metrics, traces, watchers' queues.
+resume across a restart; the worker status as last shown (an adopted worker shows the same). Not durable:
+metrics, traces, watchers' queues.
 
 Off the probes' path: the board tells `note` of each change (a plain call, no I/O), and the writes happen in
 batches on the store's thread:
@@ -43,10 +44,9 @@ def durable_key(probe: service_pb.Probe, success_threshold: int, failure_thresho
 
 
 def observed_blob(probe: service_pb.Probe) -> bytes:
-    row = service_pb.Probe()
-    row.CopyFrom(probe)
-    row.ClearField("worker")  # the next daemon's workers are its own
-    return row.SerializeToString(deterministic=True)
+    """The row as the board has it, worker status included: an adopted worker shows the same, so a restart makes
+    no revision for it (a worker replaced instead shows its own as soon as it starts)."""
+    return probe.SerializeToString(deterministic=True)
 
 
 @dataclass(frozen=True)

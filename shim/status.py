@@ -146,6 +146,12 @@ class _Watcher:
         self._pending: collections.deque[WatchResponse] = collections.deque()
         self._wakeup = asyncio.Event()
 
+    def end(self) -> None:
+        """No more events: the stream ends with RESYNC at the last revision it delivered, as an overflow does
+        (what was buffered is not lost: a watcher resuming from there gets it again)."""
+        self.overflowed = True
+        self._wakeup.set()
+
     def offer(self, response: WatchResponse) -> bool:
         if len(self._pending) >= self._capacity:
             self.overflowed = True
@@ -187,6 +193,7 @@ class StatusBoard:
         self.instance_id = instance_id or uuid.uuid4().hex
         self._revision = revision
         self._first_revision = revision
+        self._ended = False
         self._resume_point = resume_point
         self._listener: Listener | None = None
         self._probes: dict[str, Probe] = {}
@@ -304,6 +311,14 @@ class StatusBoard:
             for watcher in targets:
                 self._offer(watcher, response)
 
+    def end_watches(self) -> None:
+        """Ends every watch stream (the daemon stops): each gets RESYNC at its last delivered revision, from which
+        it resumes with the next daemon. A watch opened later ends at once the same way."""
+        self._ended = True
+        for watcher in list(self._watchers):
+            watcher.end()
+        self._watchers.clear()
+
     # --- watch ---------------------------------------------------------------------------------
 
     async def watch(self, request: service_pb.WatchProbeStatusRequest) -> AsyncIterator[WatchResponse]:
@@ -316,7 +331,10 @@ class StatusBoard:
         watcher = _Watcher(filter, request.every_attempt, self._watcher_queue)
         # No await between computing the backlog and registering: nothing can happen in between.
         backlog, delivered = self._backlog(request, filter)
-        self._watchers.add(watcher)
+        if self._ended:
+            watcher.end()
+        else:
+            self._watchers.add(watcher)
         try:
             for response in backlog:
                 if watcher.overflowed:

@@ -52,6 +52,7 @@ class Group:
     zygote: Zygote | None = None  # the one that forked the running worker: its broker holds the netns
     task: asyncio.Task[None] | None = None
     adoption: Adoption | None = None  # an earlier daemon's worker, taken over by this group's first life
+    taken_over: asyncio.Future[None] | None = None  # done once that first life took it over, or ended
     # Adopted from a zygote of another version (an upgrade): it keeps its sandboxes, takes no new one (those get
     # workers of the new code), and its next life, if any, is a worker of the new code.
     closed: bool = False

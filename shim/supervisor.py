@@ -130,33 +130,31 @@ class WorkerSupervisor(WorkerLives):
         for adoption in adoptions:
             config = adoption.worker.config
             name = config.group or f"adopted#{adoption.worker.pid}"
+            # Shown as it runs (as the last daemon showed it): taking it over changes nothing a watcher sees.
+            status = service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=adoption.worker.pid, group=name,
+                                             restarts=config.restarts, started_at=adoption.worker.started_at_ns)
             group = Group(name=name, tenancy=config.tenancy, stopping=asyncio.get_running_loop().create_future(),
-                           status=service_pb.WorkerStatus(state=service_pb.WORKER_STARTING), adoption=adoption,
-                           closed=adoption.zygote is not self._zygotes.spawner)
+                          status=status, adoption=adoption, closed=adoption.zygote is not self._zygotes.spawner)
             self._groups[name] = group
         return len(adoptions)
 
-    async def finish_adoption(self, timeout_s: float = ADOPT_TIMEOUT_S) -> None:
-        """The registrations are back: every adopted worker some sandbox needs is taken over (returns once each is
-        RUNNING or has failed, within timeout_s), and the others are stopped."""
+    async def finish_adoption(self, timeout_s: float = ADOPT_TIMEOUT_S) -> int:
+        """The registrations are back: every adopted worker some sandbox needs is taken over (returns once each is,
+        or has failed, within timeout_s), and the others are stopped. Returns how many were taken over."""
         adopted = [g for g in self._groups.values() if g.adoption is not None]
         for group in adopted:
             if group.members:
+                group.taken_over = asyncio.get_running_loop().create_future()
                 group.task = asyncio.create_task(self._supervise(group), name=f"worker {group.name}")
             else:
                 del self._groups[group.name]
                 log.info("stopping a running worker no registration needs", extra={"group": group.name})
                 group.task = asyncio.create_task(self._stop_unneeded(group), name=f"stop {group.name}")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        for member in [m for g in adopted for m in g.members.values()]:
-            try:
-                await self._wait_until(member, lambda m=member: m.status.state != service_pb.WORKER_STARTING,
-                                       max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                break
-        await asyncio.gather(*(g.task for g in adopted if not g.members and g.task is not None),
-                             return_exceptions=True)
+        waits = [g.taken_over for g in adopted if g.taken_over is not None]
+        waits += [g.task for g in adopted if not g.members and g.task is not None]
+        if waits:
+            await asyncio.wait(waits, timeout=timeout_s)
+        return sum(1 for g in adopted if g.taken_over is not None and g.taken_over.done() and g.conn is not None)
 
     @property
     def zygote(self) -> Zygote | None:
@@ -275,12 +273,15 @@ class WorkerSupervisor(WorkerLives):
         member.attached = False
         self._report(member, service_pb.WorkerStatus(state=service_pb.WORKER_NONE, netns_path=member.target.netns_path))
 
-    def status(self, sandbox_id: str) -> service_pb.WorkerStatus:
+    def status(self, sandbox_id: str, *, as_reported: bool = False) -> service_pb.WorkerStatus:
+        """The sandbox's worker status; as_reported: exactly as `on_worker` last reported it (what a status row
+        holds), without the group's current size, which changes with every sandbox that joins or leaves."""
         member = self._members.get(sandbox_id)
         status = service_pb.WorkerStatus()
         if member is not None:
             status.CopyFrom(member.status)
-            status.group_sandboxes = len(member.group.members)
+            if not as_reported:
+                status.group_sandboxes = len(member.group.members)
         return status
 
     def keep_warm(self, target: SandboxTarget) -> None:
@@ -340,7 +341,11 @@ class WorkerSupervisor(WorkerLives):
             raise WorkerUnavailable("the supervisor is closing")
         group = self._group_for(target)
         member = Member(target=target, group=group, backoff=Backoff(*self._backoff),
-                         changed=asyncio.get_running_loop().create_future())
+                        changed=asyncio.get_running_loop().create_future())
+        if group.adoption is not None and target.sandbox_id in group.adoption.worker.sandboxes:
+            # Its worker serves it already: attached as it is; its probes are reconciled when it is taken over.
+            member.attached, member.reconciling = True, True
+            member.netns_inode = group.adoption.worker.sandboxes[target.sandbox_id]
         self._members[target.sandbox_id] = member
         group.members[target.sandbox_id] = member
         self._report(member)

@@ -75,16 +75,16 @@ class WorkerLives:
 
     async def _live(self, group: Group) -> LifeEnd:
         """One worker, from spawn (or adoption) to death; returns why it ended (stopping: returns at once)."""
-        self._set(group, service_pb.WORKER_STARTING, pid=0)
         adoption, group.adoption = group.adoption, None
-        if adoption is not None:
+        if adoption is not None:  # shown RUNNING already: it is
             zygote = adoption.zygote
             worker = SpawnedWorker(pid=adoption.worker.pid, sock=None, pidfd=adoption.worker.pidfd,
-                                   exited=adoption.worker.exited)
+                                   exited=adoption.worker.exited, started_at_ns=adoption.worker.started_at_ns)
         else:
+            self._set(group, service_pb.WORKER_STARTING, pid=0)
             config = worker_pb.WorkerConfig()
             config.CopyFrom(self._config)
-            config.group, config.tenancy = group.name, group.tenancy
+            config.group, config.tenancy, config.restarts = group.name, group.tenancy, group.status.restarts
             try:
                 zygote = await self._zygotes.get()
                 worker = await zygote.spawn(config, self._start_timeout_s)
@@ -105,6 +105,8 @@ class WorkerLives:
                 return await self._bury(proc, conn, f"cannot watch the worker's socket: {exc}")
             return await self._serve(group, zygote, proc, conn, adopted=adoption is not None)
         finally:
+            if group.taken_over is not None and not group.taken_over.done():
+                group.taken_over.set_result(None)  # it ended instead: the daemon need not wait for it
             group.conn = group.zygote = None
             for member in group.members.values():
                 member.attached = member.reconciling = False
@@ -194,8 +196,11 @@ class WorkerLives:
             except (WorkerUnavailable, TimeoutError) as exc:
                 return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no snapshot'}")
         group.conn, group.zygote = conn, zygote
+        if group.taken_over is not None and not group.taken_over.done():
+            group.taken_over.set_result(None)
         # last_error stays: why the previous life ended is what an operator looking at restarts wants to know.
-        self._set(group, service_pb.WORKER_RUNNING, pid=ready.pid, started_at=time.time_ns())
+        self._set(group, service_pb.WORKER_RUNNING, pid=ready.pid,
+                  started_at=proc.worker.started_at_ns or time.time_ns())
         log.info("worker running", extra={"group": group.name, "pid": ready.pid, "sandboxes": len(group.members),
                                           "restarts": group.status.restarts})
         for member in list(group.members.values()):

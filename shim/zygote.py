@@ -111,9 +111,10 @@ class SpawnedWorker:
     """A forked worker: the daemon's end of its socketpair, a pidfd, and its exit."""
 
     pid: int
-    sock: socket.socket
+    sock: socket.socket | None
     pidfd: int | None
     exited: asyncio.Future[WorkerExit] = field(repr=False)
+    started_at_ns: int = 0  # when the zygote forked it
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signals the worker through its pidfd: never another process that reused the pid."""
@@ -140,6 +141,7 @@ class AdoptableWorker:
     sandboxes: dict[str, int]  # sandbox id -> the inode of the netns the broker holds for it
     pidfd: int | None
     exited: asyncio.Future[WorkerExit] = field(repr=False)
+    started_at_ns: int = 0
 
 
 class Zygote:
@@ -255,7 +257,7 @@ class Zygote:
                 await self._send(zygote_pb.ZygoteRequest(seq=seq, spawn=zygote_pb.Spawn(config=config)), theirs.fileno())
             finally:
                 theirs.close()  # in flight the descriptor is the kernel's; the child gets the only copy
-            pid, pidfd, exited = await asyncio.wait_for(reply, timeout_s)
+            pid, pidfd, exited, started_at_ns = await asyncio.wait_for(reply, timeout_s)
         except BaseException:
             ours.close()  # the child, if forked, sees EOF and exits
             if reply.done() and not reply.cancelled() and reply.exception() is None and reply.result()[1] is not None:
@@ -263,7 +265,7 @@ class Zygote:
             raise
         finally:
             self._pending.pop(seq, None)
-        return SpawnedWorker(pid=pid, sock=ours, pidfd=pidfd, exited=exited)
+        return SpawnedWorker(pid=pid, sock=ours, pidfd=pidfd, exited=exited, started_at_ns=started_at_ns)
 
     async def assign(self, worker_pid: int, sandbox_id: str, netns_path: str, *, find_pod_ips: bool = False,
                      timeout_s: float = SPAWN_TIMEOUT_S) -> zygote_pb.Assigned:
@@ -401,7 +403,7 @@ class Zygote:
             # Tracked now, not when spawn() resumes: the exit may be in the very next packet.
             exited = self._loop.create_future()
             self._workers[event.spawned.pid] = exited
-            reply.set_result((event.spawned.pid, fds[0] if fds else None, exited))
+            reply.set_result((event.spawned.pid, fds[0] if fds else None, exited, event.spawned.started_at_unix_ns))
             return
         elif kind == "spawn_failed" and reply is not None and not reply.done():
             reply.set_exception(ZygoteError(event.spawn_failed.message))
@@ -415,7 +417,8 @@ class Zygote:
             exited = self._workers.setdefault(event.adoptable.pid, self._loop.create_future())
             self._adopting[event.seq].append(AdoptableWorker(
                 pid=event.adoptable.pid, config=event.adoptable.config, pidfd=fds[0] if fds else None,
-                sandboxes={a.sandbox_id: a.netns_inode for a in event.adoptable.sandboxes}, exited=exited))
+                sandboxes={a.sandbox_id: a.netns_inode for a in event.adoptable.sandboxes}, exited=exited,
+                started_at_ns=event.adoptable.started_at_unix_ns))
             fds = fds[1:]
         elif kind == "adopt_done" and reply is not None and not reply.done():
             reply.set_result(self._adopting.pop(event.seq, []))

@@ -102,6 +102,7 @@ class _ZygoteProcess:
         self.child_gc_threshold = child_gc_threshold
         self.children: dict[int, int] = {}  # pidfd -> pid
         self.configs: dict[int, worker_pb.WorkerConfig] = {}  # pid -> what it was spawned with
+        self.started: dict[int, int] = {}  # pid -> when it was forked (ns since the epoch)
         self.channels: dict[int, int] = {}  # broker channel fd -> worker pid
         self.broker = NetnsBroker(find_pod_ips=discover_pod_ips)
         # epoll, not poll: with a worker per sandbox the zygote watches two descriptors per worker (its pidfd and
@@ -179,7 +180,7 @@ class _ZygoteProcess:
     def _adopt(self, seq: int) -> None:
         for pidfd, pid in self.children.items():
             self._send(zygote_pb.ZygoteEvent(seq=seq, adoptable=zygote_pb.Adoptable(
-                pid=pid, config=self.configs.get(pid),
+                pid=pid, config=self.configs.get(pid), started_at_unix_ns=self.started.get(pid, 0),
                 sandboxes=[zygote_pb.Assignment(sandbox_id=sid, netns_inode=inode)
                            for sid, inode in self.broker.assignments(pid)])), [pidfd])
         self._send(zygote_pb.ZygoteEvent(seq=seq, adopt_done=zygote_pb.AdoptDone(workers=len(self.children))))
@@ -265,8 +266,10 @@ class _ZygoteProcess:
         pidfd = os.pidfd_open(pid)  # the child cannot be reaped before we poll it: it stays valid
         self.children[pidfd] = pid
         self.configs[pid] = request.spawn.config
+        self.started[pid] = started = time.time_ns()
         self.poller.register(pidfd, select.EPOLLIN)
-        self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(pid=pid)), [pidfd])
+        self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(
+            pid=pid, started_at_unix_ns=started)), [pidfd])
 
     def _assign(self, seq: int, assign: zygote_pb.Assign) -> None:
         try:
@@ -289,6 +292,7 @@ class _ZygoteProcess:
     def _reap(self, pidfd: int) -> None:
         pid = self.children.pop(pidfd)
         self.configs.pop(pid, None)
+        self.started.pop(pid, None)
         self.poller.unregister(pidfd)
         channel = self.broker.channel_of(pid)
         if channel is not None:

@@ -30,14 +30,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def no_workers_left_behind():
+def no_workers_left_behind(tmp_path_factory):
     """Workers outlive a daemon that crashed or handed them over (SIGTERM), until the next daemon adopts them. A
     test that leaves some behind (its daemon is gone: their zygote is orphaned) has them stopped at its end, so
-    that no test sees another's workers."""
+    that no test sees another's workers. Only the tests' own: a zygote whose state dir is under this run's
+    temporary directory (never a real daemon's, nor a benchmark's)."""
     yield
+    ours = str(tmp_path_factory.getbasetemp()) + os.sep
     for proc in psutil.process_iter(["cmdline", "ppid"]):
         cmdline = proc.info["cmdline"] or []
-        if "shim.zygote_process" in cmdline and "--handover-dir" in cmdline and proc.info["ppid"] == 1:
+        if "shim.zygote_process" not in cmdline or "--handover-dir" not in cmdline:
+            continue
+        handover_dir = cmdline[cmdline.index("--handover-dir") + 1] if cmdline[-1] != "--handover-dir" else ""
+        if handover_dir.startswith(ours) and proc.info["ppid"] == 1:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the zygote's session: it and its workers
             except (ProcessLookupError, PermissionError):

@@ -85,8 +85,9 @@ def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, p
         # Attempts went on while no daemon listened, and their totals reached the new one.
         assert probe.totals.success >= before.probes[0].totals.success
         events = watch_after_restart(second, before.instance_id, before.revision, probe_id, attempts=3)
-        assert not [e for e in events if e.type in (service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE,
-                                                    service_pb.RESYNC)], "the watch did not resume"
+        # Resumed, and nothing changed: not the state, not even the worker's status (the same worker runs on).
+        assert [e.type for e in events] == [service_pb.ATTEMPT] * 3, [(e.type, e.revision) for e in events]
+        assert probe.worker == before.probes[0].worker
         assert {e.probe.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
         assert all(e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS for e in events
                    if e.type == service_pb.ATTEMPT)

@@ -74,6 +74,23 @@ def test_a_watcher_at_the_stored_revision_resumes_across_a_crash():
     asyncio.run(main())
 
 
+def test_ending_the_watches_hands_each_its_resume_point():
+    async def main():
+        board = StatusBoard(instance_id="i")
+        board.put(probe())
+        stream = board.watch(service_pb.WatchProbeStatusRequest())
+        first = [await anext(stream), await anext(stream)]
+        assert [e.type for e in first] == [service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE]
+        board.end_watches()
+        last = await anext(stream)
+        assert (last.type, last.revision) == (service_pb.RESYNC, 1)
+        late = [e.type async for e in board.watch(service_pb.WatchProbeStatusRequest(instance_id="i",
+                                                                                     since_revision=1))]
+        assert late == [service_pb.RESYNC] and board.watcher_count == 0
+
+    asyncio.run(main())
+
+
 def test_restore_makes_no_revision_and_no_event():
     board = StatusBoard(revision=10)
     board.restore([probe(revision=9)])

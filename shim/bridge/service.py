@@ -133,7 +133,7 @@ class KubeletBridge:
         )
         # prober_probe_total counts probes; hooks are counted by the bridge's own counter.
         self._results.bridged_attempt(row, attempt, traceparent, counts_as_probe=not call.is_hook,
-                                      worker=self._supervisor.status(sandbox.id))
+                                      worker=self._supervisor.status(sandbox.id, as_reported=True))
 
 
 def _log_fields(container: ContainerInfo) -> dict[str, str]:
