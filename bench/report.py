@@ -190,7 +190,8 @@ def _restart_rows(restart: dict | None) -> list[Row]:
 
     def serving(s: dict):
         gaps = _per_kind(s, lambda r: f"{r['gap_s']:.2f} s")
-        return _per_kind(s, lambda r: f"{r['start_to_serving_s']:.2f} s"), None, f"no daemon for {gaps}; " + note(s)
+        return (_per_kind(s, lambda r: f"{r['start_to_serving_s']:.2f} s"), None,
+                "; ".join(x for x in (f"no daemon for {gaps}", note(s)) if x))
 
     def missed(s: dict):
         ok = all(r["ticks_missed"] + r["late"] == 0 for r in s["restarts"].values())
@@ -198,12 +199,12 @@ def _restart_rows(restart: dict | None) -> list[Row]:
                 "; ".join(x for x in (f"the new daemon's counters {_settle(s):.0f} s after it served", note(s)) if x))
 
     def flaps(s: dict):
-        resynced = {kind: any(r["watch"]["events"].get(t) for t in RESYNC_EVENTS) for kind, r in s["restarts"].items()}
-        text = _per_kind(s, lambda r: f"{r['watch']['flaps']}")
-        ok = not any(resynced.values()) and all(r["watch"]["flaps"] == 0 for r in s["restarts"].values())
-        why = [f"{kind}: a snapshot, not the changes missed (that daemon had run {s['restarts'][kind]['daemon_age_s']:.0f} s)"
-               for kind, resync in resynced.items() if resync]
-        return text, ok, "; ".join(x for x in (*why, note(s)) if x)
+        restarts = s["restarts"]
+        resynced = [kind for kind, r in restarts.items() if any(r["watch"]["events"].get(t) for t in RESYNC_EVENTS)]
+        ok = not resynced and all(r["watch"]["flaps"] == 0 for r in restarts.values())
+        why = [f"{kind}: a snapshot, not the changes missed (the daemon had run {restarts[kind]['daemon_age_s']:.0f} s)"
+               for kind in resynced]
+        return _per_kind(s, lambda r: f"{r['watch']['flaps']}"), ok, "; ".join(x for x in (*why, note(s)) if x)
 
     def writes(s: dict):
         st = s["steady"]
@@ -343,7 +344,8 @@ def _restart_table(s: dict) -> str:
     for kind, r in s["restarts"].items():
         w = r["watch"]
         events = ", ".join(f"{n} {t}" for t, n in sorted(w["events"].items())) or "none"
-        rows.append([kind, _fmt(r["daemon_age_s"], ".0f"), _fmt(r["stop_s"], ".2f"), _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
+        rows.append([kind, _fmt(r["daemon_age_s"], ".0f"), _fmt(r["stop_s"], ".2f"),
+                     _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
                      f"{r['workers_adopted']}/{r['workers_before']} ({r['adopted_workers_metric']})",
                      f"{r['sandboxes_same_worker']}/{r['sandboxes_same_worker_after_settle']}/{r['sandboxes']}",
                      r["worker_restarts"], f"{r['ticks_missed']}/{r['late']}",

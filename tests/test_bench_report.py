@@ -132,7 +132,7 @@ def test_tables_line_up():
     text = report.table(["a", "long header"], [["xxxxx", "1"], ["y", "22"]])
     assert text.splitlines() == ["a      long header", "-----  -----------", "xxxxx  1", "y      22"]
     rendered = report.targets_table(report.evaluate(scenarios()))
-    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 18
+    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 18 + 5  # issue 6's rows, issue 14's
 
 
 def test_details_render_what_was_measured():
@@ -154,6 +154,67 @@ def test_details_render_what_was_measured():
             "last attempt 0.60 ms") in text
     assert "first attempt seen median 12.0, p99 30.0" in text
     assert "600 probes/s, results {'successful': 6000}, 6000 requests served, late/missed 0/0" in text
+
+
+def restarted(kind: str, age: float, events: dict, late: int = 0, settled: int = 250) -> dict:
+    """One restart as bench/restart.py writes it: 20 workers over 250 sandboxes."""
+    return {"daemon_age_s": age, "exit_code": 0 if kind == "SIGTERM" else -9, "stop_s": 2.1, "start_to_serving_s": 1.03,
+            "gap_s": 3.16, "workers_before": 20, "workers_alive_without_daemon": 20, "workers_adopted": 20,
+            "workers_after": 20, "adopted_workers_metric": 20, "sandboxes": 250, "sandboxes_same_worker": 250,
+            "settle_s": 30.2, "sandboxes_same_worker_after_settle": settled, "worker_restarts": 0, "ticks_missed": 0,
+            "late": late, "attempts_counted": 22500, "attempts_due_since_exit": 22600, "attempts_counted_ratio": 0.996,
+            "store_writes": 1, "store_rows": 750,
+            "watch": {"ended_by": "UNAVAILABLE", "resumed_from": {"instance_id": "i", "since_revision": 3520},
+                      "flaps": 0, "snapshot_state_changed": 0, "events": events, "error": None}}
+
+
+def restart_scenario(**kill) -> dict:
+    return {"sandboxes": 250, "namespaces": 10, "period_ms": 1000, "registration_s": 11.1,
+            "steady": {"window_s": 60.1, "probes": 750, "attempts_per_s_expected": 750.0, "attempts_per_s": 750.4,
+                       "store_writes_per_s": 0.033, "store_rows_per_s": 24.96, "late": 0, "ticks_missed": 0,
+                       "workers": 20},
+            "restarts": {"SIGTERM": restarted("SIGTERM", 70.0, {"UPDATED": 1500}),
+                         "kill -9": restarted("kill -9", 31.0, {"SNAPSHOT": 750, "SNAPSHOT_COMPLETE": 1}, **kill)},
+            "stopped": {"exit_code": 0, "shim_processes": 21, "left_running": []}}
+
+
+def test_restarts_are_measured_against_issue_14():
+    rows = {r.figure: r for r in report.evaluate({"restart": restart_scenario(late=3)})}
+    adopted = rows["daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)"]
+    assert (adopted.measured, adopted.status, adopted.note) == ("SIGTERM 20/20; kill -9 20/20", report.MET, "")
+    serving = rows["restart: new daemon's start to SERVING (all adopted)"]
+    assert (serving.measured, serving.status) == ("SIGTERM 1.03 s; kill -9 1.03 s", report.INFO)
+    assert serving.note == "no daemon for SIGTERM 3.16 s; kill -9 3.16 s"
+    missed = rows["restart: ticks missed, attempts late (new daemon)"]
+    assert (missed.measured, missed.status) == ("SIGTERM 0 missed, 0 late; kill -9 0 missed, 3 late", report.NOT_MET)
+    assert missed.note == "the new daemon's counters 30 s after it served"
+    # No state changed, but the watch resumed after kill -9 got a snapshot in place of the changes it missed.
+    watch = rows["restart: state changes seen by a watch resumed across it"]
+    assert (watch.measured, watch.status) == ("SIGTERM 0; kill -9 0", report.NOT_MET)
+    assert watch.note == "kill -9: a snapshot, not the changes missed (the daemon had run 31 s)"
+    writes = rows["store writes behind the board, steady at 750 attempts/s"]
+    assert (writes.measured, writes.status, writes.note) == ("0.033/s (25.0 rows/s)", report.INFO,
+                                                             "at 750 attempts/s over 60 s")
+
+
+def test_a_worker_replaced_after_adoption_is_not_adopted_and_a_smaller_run_says_so():
+    s = restart_scenario(settled=240)
+    s["sandboxes"] = 20
+    rows = {r.figure: r for r in report.evaluate({"restart": s})}
+    adopted = rows["daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)"]
+    assert (adopted.status, adopted.note) == (report.NOT_MET, "at N=20 (60/s); the target is for N=250")
+
+
+def test_the_restart_table():
+    text = report.details({"restart": restart_scenario()})
+    lines = text.splitlines()
+    assert lines[0].startswith("restart, 250 sandboxes x 3 probes at 1000 ms in 10 namespaces, one state dir: "
+                               "steady 750.4 attempts/s (750 due), store 0.033 writes/s, 25.0 rows/s over 60 s")
+    assert lines[3].split()[:12] == ["SIGTERM", "70", "2.10", "1.03", "3.16", "20/20", "(20)", "250/250/250", "0",
+                                     "0/0", "22500/22600", "1"]
+    assert lines[4].endswith("750 SNAPSHOT, 1 SNAPSHOT_COMPLETE  0")
+    assert lines[-1] == ("SIGINT at the end: exit 0, 21 zygote and worker processes seen over the run, "
+                         "left running: none")
 
 
 def test_metrics_text_sums_and_deltas():
