@@ -181,8 +181,9 @@ class WorkerSupervisor(WorkerLives):
         stored = worker_pb.ProbeRegistration()
         stored.CopyFrom(reg)
         stored.sandbox_id = sandbox_id
-        if not stored.container.started_at_unix_ns:
-            # Pinned now, so that a restarted worker counts the initial delay from the same instant.
+        if not stored.container.started_at_unix_ns and not member.reconciling:
+            # Pinned now, so that a restarted worker counts the initial delay from the same instant. Not for a
+            # worker being adopted: the one it runs is kept (and pinned already), or it is pinned when sent.
             stored.container.started_at_unix_ns = time.time_ns()
         previous = member.regs.get(reg.probe_id)
         member.regs[reg.probe_id] = stored

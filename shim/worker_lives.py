@@ -164,8 +164,9 @@ class WorkerLives:
                 conn.submit(expect_reply=False, remove_probe=worker_pb.RemoveProbe(
                     probe_id=probe_id, sandbox_id=member.target.sandbox_id))
             for probe_id, reg in member.regs.items():
-                if probe_id not in plan.add and not reg.container.started_at_unix_ns:
-                    reg.container.started_at_unix_ns = now[probe_id].container.started_at_unix_ns
+                if not reg.container.started_at_unix_ns:  # the runtime's start unknown: the pin it runs with
+                    reg.container.started_at_unix_ns = (now[probe_id].container.started_at_unix_ns
+                                                        if probe_id in now else time.time_ns())
             for probe_id in plan.add:
                 conn.submit(add_probe=worker_pb.AddProbe(probe=self._with_progress(member.regs[probe_id])))
 
