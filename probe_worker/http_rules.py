@@ -189,6 +189,12 @@ class WireRequest:
     def request_line(self) -> str:
         return f"GET {self.target} HTTP/1.1"
 
+    def head(self) -> bytes:
+        """The whole request head as Go writes it: the target as it is (a raw query keeps its spaces and
+        non-ASCII bytes), then each header line, then the empty line."""
+        lines = [self.request_line, *(f"{name}: {value}" for name, value in self.headers), "", ""]
+        return "\r\n".join(lines).encode("utf-8", "surrogateescape")
+
 
 def probe_url(scheme: str, host: str, port: int, path: str) -> GoURL:
     """The request URL: kubelet formatURL, then http.NewRequest's re-parse of its text.
@@ -495,8 +501,9 @@ def fallback_wins(retry_result: int) -> bool:
 
 
 def body_error_outcome(error: str) -> tuple[int, str]:
-    """A body read error is a prober error in the kubelet: the worker throws the result away."""
-    return UNKNOWN, f"error reading body: {error}"
+    """A body read error is a prober error in the kubelet (DoHTTPProbe returns ReadAtMost's err as it is): the
+    worker throws the result away, and the error's own text is what the kubelet shows (its event's `%s`)."""
+    return UNKNOWN, error
 
 
 def url_error(url: str, error: str) -> str:

@@ -72,10 +72,11 @@ class _ProbeSeries:
 class ShimMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        # component-base prefixes the stability level to the help text; both were ALPHA in 1.32.
+        # component-base prefixes the stability level to the help text: prober_probe_total is BETA since kubelet
+        # 1.33 (kubernetes#129761, metrics.BETA in pkg/kubelet/prober), the duration histogram still ALPHA.
         self._probe_total = Counter(
             "prober_probe_total",
-            "[ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
             _PROBE_TOTAL_LABELS, registry=self.registry,
         )
         self._probe_duration = Histogram(

@@ -253,9 +253,9 @@ def test_a_server_that_never_answers_is_bounded_by_the_timeout():
 def test_timeout_while_reading_the_body_is_unknown():
     outcome, _, took, _ = probe_once("/slow-body", timeout=0.5)
     assert outcome.result == UNKNOWN and outcome.http_status_code == 200
-    assert outcome.output == (
-        "error reading body: context deadline exceeded (Client.Timeout or context cancellation while reading body)"
-    )
+    # Go's cancelTimerBody.Read: err.Error() + " (Client.Timeout or context cancellation while reading body)",
+    # returned bare by DoHTTPProbe (pkg/probe/http/http.go: `return probe.Failure, "", err`).
+    assert outcome.output == "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
     assert took < 0.5 + 1.0
 
 
@@ -309,14 +309,28 @@ def test_invalid_header_fails_before_connecting():
     assert ctx.trace.phases == [] and server.requests == []
 
 
-def test_a_query_h11_cannot_send_fails_the_probe():
-    outcome, _, _, server = probe_once("/ok?a b")
-    assert outcome.result == FAILURE
-    assert outcome.output == (
-        f'Get "http://127.0.0.1:{server.port}/ok?a b": '
-        'cannot send request-target "/ok?a b": Illegal target characters'
-    )
-    assert server.requests == []
+@pytest.mark.parametrize("path", ["/echo?q=é", "/echo?a b", "/echo?%zz=ü&x"])
+def test_a_raw_query_goes_out_as_go_writes_it(path):
+    """net/url keeps RawQuery verbatim: RequestURI() is EscapedPath() + "?" + RawQuery, and the kubelet's
+    url.Parse of the probe path puts everything after "?" there. So the non-ASCII bytes (UTF-8) and the space go
+    out as they are, and a server that answers gets probed like any other (h11 would refuse such a target)."""
+    outcome, _, _, server = probe_once(path)
+    assert (outcome.result, outcome.http_status_code) == (SUCCESS, 200)
+    assert outcome.output == default_head(path, f"127.0.0.1:{server.port}")
+    assert server.requests == [default_head(path, f"127.0.0.1:{server.port}").encode()]
+
+
+def test_a_non_ascii_path_is_escaped_as_go_escapes_it():
+    """The path, unlike the query, is EscapedPath(): every byte >= 0x80 percent-encoded."""
+    outcome, _, _, server = probe_once("/echo/é?q=é")
+    assert outcome.output == default_head("/echo/%C3%A9?q=é", f"127.0.0.1:{server.port}")
+
+
+def test_a_body_cut_short_is_the_bare_go_error():
+    """pkg/probe/http DoHTTPProbe returns ReadAtMost's error as it is (`return probe.Failure, "", err`): the kubelet
+    throws the result away as a prober error, whose text is Go's body reader's: io.ErrUnexpectedEOF."""
+    outcome, *_ = probe_once("/cut-body")
+    assert (outcome.result, outcome.output, outcome.http_status_code) == (UNKNOWN, "unexpected EOF", 200)
 
 
 # --- HTTPS -------------------------------------------------------------------------------------

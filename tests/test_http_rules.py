@@ -539,8 +539,9 @@ def test_only_a_retry_that_got_a_response_replaces_the_first_error():
 def test_body_error_is_unknown():
     assert rules.body_error_outcome(rules.TIMEOUT_READING_BODY) == (
         UNKNOWN,
-        "error reading body: context deadline exceeded (Client.Timeout or context cancellation while reading body)",
+        "context deadline exceeded (Client.Timeout or context cancellation while reading body)",
     )
+    assert rules.body_error_outcome("unexpected EOF") == (UNKNOWN, "unexpected EOF")
 
 
 # --- error texts -----------------------------------------------------------------------------

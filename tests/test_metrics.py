@@ -81,7 +81,10 @@ def test_exposition_matches_the_kubelets_shape():
     m.observe_attempt(probe_labels(spec_pb.LIVENESS, **POD), spec_pb.RESULT_SUCCESS, 0.01)
     text = m.render().decode()
     assert "# TYPE prober_probe_total counter" in text
-    assert "# HELP prober_probe_total [ALPHA] Cumulative number of a liveness, readiness or startup probe" in text
+    # pkg/kubelet/prober/prober_manager.go (1.33+): StabilityLevel: metrics.BETA; component-base writes
+    # "[%v] %v" of the level and the help.
+    assert "# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe" in text
+    assert "# HELP prober_probe_duration_seconds [ALPHA] Duration in seconds for a probe response." in text
     assert "# TYPE prober_probe_duration_seconds histogram" in text
     assert "_created" not in text  # the kubelet's Go client does not expose them
     fams = families(m)

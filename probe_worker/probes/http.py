@@ -67,6 +67,8 @@ class _Exchange:
             data = self.h11.send(request) + (self.h11.send(h11.EndOfMessage()) or b"")
         except h11.LocalProtocolError as exc:
             raise StreamError(prepared.unsendable(exc)) from None
+        if prepared.raw_head is not None:
+            data = prepared.raw_head  # h11 has its state (a GET without a body, sent); the bytes are Go's
         await self.stream.send(data)
 
     async def wait_first_byte(self) -> None:
@@ -200,6 +202,7 @@ class _Prepared:
         self.transport = transport
         self.preflight_error = rules.preflight_error(request)
         self._h11: h11.Request | h11.LocalProtocolError | None = None
+        self.raw_head: bytes | None = None  # the head as Go writes it, where h11 would refuse to write it
         self._retargeted: dict[str, _Prepared] = {}
 
     @functools.cached_property
@@ -219,21 +222,27 @@ class _Prepared:
     def h11_request(self) -> h11.Request:
         """The request as an h11 event (h11 never changes one, so it is reused); raises StreamError."""
         if self._h11 is None:
+            headers = [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in self.wire.headers]
             try:
-                self._h11 = h11.Request(
-                    method="GET",
-                    target=self.wire.target.encode("utf-8", "surrogateescape"),
-                    headers=[(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in self.wire.headers],
-                )
+                self._h11 = h11.Request(method="GET", target=self.wire.target.encode("utf-8", "surrogateescape"),
+                                        headers=headers)
             except h11.LocalProtocolError as exc:
                 self._h11 = exc
+            if isinstance(self._h11, h11.LocalProtocolError):
+                # Go writes a raw query as it is, non-ASCII bytes and spaces included (url.URL.RequestURI keeps
+                # RawQuery verbatim), and an ordinary server answers; h11 refuses such a target. Then h11 gets
+                # the same request with a placeholder target, to keep its state (the response is still parsed
+                # by h11), and the bytes sent are Go's own head.
+                try:
+                    self._h11 = h11.Request(method="GET", target=b"/", headers=headers)
+                    self.raw_head = self.wire.head()
+                except h11.LocalProtocolError:
+                    pass  # not the target: the headers themselves (preflight_error has Go's word for those)
         if isinstance(self._h11, h11.LocalProtocolError):
             raise StreamError(self.unsendable(self._h11))
         return self._h11
 
     def unsendable(self, exc: h11.LocalProtocolError) -> str:
-        # Go writes a raw query as is, even with a space or non-ASCII bytes in it
-        # (servers answer 400); h11 refuses to. Either way the probe fails.
         return f"cannot send request-target {go_quote(self.wire.target)}: {exc}"
 
 

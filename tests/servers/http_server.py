@@ -181,7 +181,7 @@ class HTTPTestServer:
         send = writer.write
         if path == "/ok":
             send(_response(200, query.get("body", "ok").encode()))
-        elif path == "/echo":
+        elif path == "/echo" or path.startswith("/echo/"):
             send(_response(200, head))
         elif path.startswith("/status/"):
             code = int(path.rsplit("/", 1)[1])
@@ -204,6 +204,10 @@ class HTTPTestServer:
             send(_response(200, b"", [("Content-Length", "100")], length=False) + b"0123456789")
             await writer.drain()
             await self._hang()
+        elif path == "/cut-body":  # a body cut short: Content-Length 100, 10 bytes, then the connection closes
+            send(_response(200, b"", [("Content-Length", "100")], length=False) + b"0123456789")
+            await writer.drain()
+            writer.close()
         elif path == "/close":
             writer.close()
         elif path == "/reset":
