@@ -31,6 +31,11 @@ class IPFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     IPV6: _ClassVar[IPFamily]
     ANY: _ClassVar[IPFamily]
 
+class GRPCProbeMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PLAINTEXT: _ClassVar[GRPCProbeMode]
+    TLS: _ClassVar[GRPCProbeMode]
+
 class AttemptResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESULT_UNKNOWN: _ClassVar[AttemptResult]
@@ -63,6 +68,8 @@ PRIMARY: IPFamily
 IPV4: IPFamily
 IPV6: IPFamily
 ANY: IPFamily
+PLAINTEXT: GRPCProbeMode
+TLS: GRPCProbeMode
 RESULT_UNKNOWN: AttemptResult
 RESULT_SUCCESS: AttemptResult
 RESULT_WARNING: AttemptResult
@@ -115,12 +122,14 @@ class TCPSocketAction(_message.Message):
     def __init__(self, port: _Optional[_Union[PortRef, _Mapping]] = ..., host: _Optional[str] = ...) -> None: ...
 
 class GRPCAction(_message.Message):
-    __slots__ = ("port", "service")
+    __slots__ = ("port", "service", "mode")
     PORT_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     port: int
     service: str
-    def __init__(self, port: _Optional[int] = ..., service: _Optional[str] = ...) -> None: ...
+    mode: GRPCProbeMode
+    def __init__(self, port: _Optional[int] = ..., service: _Optional[str] = ..., mode: _Optional[_Union[GRPCProbeMode, str]] = ...) -> None: ...
 
 class ExecAction(_message.Message):
     __slots__ = ("command",)

@@ -63,6 +63,7 @@ _HANDLER_FIELDS = ("exec", "http_get", "tcp_socket", "grpc")  # validateHandler'
 _PROBE_TYPE_NAMES = {spec_pb.LIVENESS: "LIVENESS", spec_pb.READINESS: "READINESS",
                      spec_pb.STARTUP: "STARTUP"}
 _SCHEME_NAMES = ("HTTP", "HTTPS")  # sets.List(supportedHTTPSchemes): sorted
+GRPC_MODE_NAMES = ("Plaintext", "TLS")  # core.GRPCProbeMode values (KEP-4939), sorted as sets.List sorts them
 
 # k8s.io/apimachinery/pkg/util/validation texts.
 _PORT_RANGE_MSG = "must be between 1 and 65535, inclusive"          # InclusiveRangeError(1, 65535)
@@ -261,6 +262,8 @@ def _validate_tcp_socket(action: spec_pb.TCPSocketAction, path: str) -> list[Fie
 
 def _validate_grpc(action: spec_pb.GRPCAction, path: str) -> list[FieldError]:
     errors = _port_number_errors(action.port, f"{path}.port")
+    if action.mode not in (spec_pb.PLAINTEXT, spec_pb.TLS):  # validateGRPCAction (1.37): NotSupported
+        errors.append(FieldError.not_supported(f"{path}.mode", action.mode, GRPC_MODE_NAMES))
     if _utf8_len(action.service) > MAX_GRPC_SERVICE_BYTES:  # addition
         errors.append(FieldError.too_long(f"{path}.service", MAX_GRPC_SERVICE_BYTES))
     return errors

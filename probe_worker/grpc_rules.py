@@ -191,22 +191,28 @@ def user_agent(kube_agent: str) -> str:
     return f"{kube_agent} grpc-go/{GRPC_GO_VERSION}"
 
 
-def request_headers(authority: str, kube_agent: str, remaining_ns: int) -> list[tuple[str, str]]:
+def request_headers(authority: str, kube_agent: str, remaining_ns: int, tls: bool = False) -> list[tuple[str, str]]:
     """http2Client.createHeaderFields for a call with a deadline and no metadata."""
-    return fixed_request_headers(authority, kube_agent) + [("grpc-timeout", encode_timeout(remaining_ns))]
+    return fixed_request_headers(authority, kube_agent, tls) + [("grpc-timeout", encode_timeout(remaining_ns))]
 
 
-def fixed_request_headers(authority: str, kube_agent: str) -> list[tuple[str, str]]:
-    """The request headers before grpc-timeout, the only one that changes from call to call."""
+def fixed_request_headers(authority: str, kube_agent: str, tls: bool = False) -> list[tuple[str, str]]:
+    """The request headers before grpc-timeout, the only one that changes from call to call. :scheme is https
+    over TLS transport credentials (grpc-go's http2Client: "https" when the transport is secure)."""
     return [
         (":method", "POST"),
-        (":scheme", "http"),
+        (":scheme", "https" if tls else "http"),
         (":path", CHECK_PATH),
         (":authority", authority),
         ("content-type", "application/grpc"),
         ("user-agent", user_agent(kube_agent)),
         ("te", "trailers"),
     ]
+
+
+# grpc-go's credentials/tls.go ClientHandshake, when the server selected no ALPN protocol (enforced by default since
+# grpc-go 1.67, which kubelet 1.37 builds with); like any handshake failure, the dial retries until its deadline.
+MISSING_ALPN = "credentials: cannot check peer: missing selected ALPN property"
 
 
 def frame_message(payload: bytes) -> bytes:

@@ -103,8 +103,8 @@ class Request:
     data: bytes            # the message as DATA frames with END_STREAM, when the windows take it whole
 
     @classmethod
-    def build(cls, authority: str, kube_agent: str, service: str) -> "Request":
-        fixed = tuple(rules.fixed_request_headers(authority, kube_agent))
+    def build(cls, authority: str, kube_agent: str, service: str, tls: bool = False) -> "Request":
+        fixed = tuple(rules.fixed_request_headers(authority, kube_agent, tls))
         message = rules.check_request(service)
         return cls(fixed_headers=fixed, header_block=hpack.Encoder().encode(fixed), message=message,
                    data=_data_frames(message, DEFAULT_MAX_FRAME, end_stream=True))

@@ -34,9 +34,18 @@ def default_tls_context(alpn: bool = True) -> ssl.SSLContext:
     return ctx
 
 
+def grpc_tls_context() -> ssl.SSLContext:
+    """grpc.mode TLS (KEP-4939): credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}), which offers ALPN h2
+    only (AppendH2ToNextProtos) on Go's TLS >= 1.2 client."""
+    ctx = default_tls_context(alpn=False)
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
 # Built at import: after the worker drops privileges it may not read the CA paths.
 DEFAULT_TLS = default_tls_context()
 LIFECYCLE_TLS = default_tls_context(alpn=False)
+GRPC_TLS = grpc_tls_context()
 
 
 class StreamError(Exception):
@@ -136,6 +145,16 @@ class Stream:
             return await self.loop.sock_recv(self.sock, limit)
         except OSError as exc:
             raise StreamError(rules.net_op_error("read", self.local, self.remote, exc)) from None
+
+    def send_nowait(self, data: bytes) -> None:
+        """Best effort, never waits: what the socket takes now of `data` (a goodbye before the close)."""
+        if self.tls is not None:
+            self.tls.write(data)
+            data = self._outgoing.read()
+        try:
+            self.sock.send(data)
+        except OSError:
+            pass
 
     def close(self) -> None:
         close_quietly(self.sock)  # SO_LINGER {1, 0}: RST, never blocks

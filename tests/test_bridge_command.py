@@ -27,7 +27,7 @@ M = MARKER
 PORTS = (spec_pb.ContainerPort(name="web", container_port=8080, protocol="TCP"),
          spec_pb.ContainerPort(name="metrics", container_port=9090, protocol="TCP"))
 JSON_WHOLE = ("Forbidden: the JSON argument gives the handler whole (headers in httpGet.httpHeaders, "
-              "the service in grpc.service)")
+              "the service in grpc.service, the mode in grpc.mode)")
 USAGE = (f"use {M} ROLE '{{\"httpGet\":{{...}}}}' or {M} ROLE --http-get|--tcp|--grpc ...; "
          "ROLE is one of liveness, readiness, startup, postStart, preStop")
 PORT_RANGE = "must be between 1 and 65535, inclusive"
@@ -287,6 +287,18 @@ def test_grpc_is_refused_for_hooks_in_both_forms(role):
 def test_grpc_is_a_probe_handler(role):
     assert parse(role, '{"grpc":{"port":9000}}').spec.grpc.port == 9000
     assert parse(role, "--grpc", "9000").spec.grpc.port == 9000
+
+
+def test_grpc_mode_in_both_forms():
+    assert parse("readiness", '{"grpc":{"port":9000,"mode":"TLS"}}').spec.grpc.mode == spec_pb.TLS
+    assert parse("readiness", "--grpc", "9000", "--grpc-mode", "TLS").spec.grpc.mode == spec_pb.TLS
+    assert parse("readiness", "--grpc", "9000").spec.grpc.mode == spec_pb.PLAINTEXT
+    # validateGRPCAction (1.37): an unknown mode is NotSupported, with the supported values.
+    assert refusal("readiness", '{"grpc":{"port":9000,"mode":"Verify"}}') == [
+        'grpc.mode: Unsupported value: "Verify": supported values: "Plaintext", "TLS"']
+    assert refusal("readiness", "--tcp", "9000", "--grpc-mode", "TLS") == ["--grpc-mode: Forbidden: only with --grpc"]
+    assert refusal("readiness", '{"grpc":{"port":9000}}', "--grpc-mode", "TLS")[0].startswith(
+        "--grpc-mode: Forbidden: the JSON argument gives the handler whole")
 
 
 @pytest.mark.parametrize("role", HOOK_ROLES)

@@ -148,6 +148,15 @@ def test_grpc():
         assert str(err.value) == message
 
 
+def test_grpc_mode_as_the_api_spells_it():
+    # core/v1 GRPCProbeMode (KEP-4939): "Plaintext" (the default) and "TLS", case as written.
+    assert grpc_action("9090", mode="TLS").mode == spec_pb.TLS
+    assert grpc_action("9090", mode="Plaintext").mode == spec_pb.PLAINTEXT == grpc_action("9090").mode
+    with pytest.raises(ValueError) as err:
+        grpc_action("9090", mode="tls")
+    assert str(err.value) == '--grpc-mode "tls": supported values: "Plaintext", "TLS"'
+
+
 def test_enum_names():
     assert PROBE_TYPES == {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS,
                            "startup": spec_pb.STARTUP}

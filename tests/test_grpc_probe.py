@@ -32,6 +32,7 @@ from probe_api.grpc_codes import attempt_grpc_status
 from probe_worker import grpc_rules as rules
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
 from probe_worker.probes import grpc as grpc_probe
+from tests.servers.http_server import make_self_signed
 
 SERVERS = Path(__file__).resolve().parent / "servers"
 REPO_ROOT = SERVERS.parent.parent
@@ -84,23 +85,24 @@ def health_server():
     server.stop()
 
 
-def grpc_spec(port: int, service: str | None = None, timeout_ms: int = 1000) -> spec_pb.ProbeSpec:
-    action = spec_pb.GRPCAction(port=port)
+def grpc_spec(port: int, service: str | None = None, timeout_ms: int = 1000, mode: int = spec_pb.PLAINTEXT):
+    action = spec_pb.GRPCAction(port=port, mode=mode)
     if service is not None:
         action.service = service
     return spec_pb.ProbeSpec(grpc=action, timeout_ms=timeout_ms)
 
 
-async def run_probe(port: int, service: str | None = None, timeout: float = 1.0, host: str = "127.0.0.1"):
+async def run_probe(port: int, service: str | None = None, timeout: float = 1.0, host: str = "127.0.0.1",
+                    mode: int = spec_pb.PLAINTEXT):
     loop = asyncio.get_running_loop()
     ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent=UA)
     started = loop.time()
-    outcome = await grpc_probe.probe(grpc_spec(port, service), Endpoint(host, (host,), port), ctx)
+    outcome = await grpc_probe.probe(grpc_spec(port, service, mode=mode), Endpoint(host, (host,), port), ctx)
     return outcome, loop.time() - started, ctx.trace.phases
 
 
-def probe_once(port: int, service: str | None = None, timeout: float = 1.0):
-    return asyncio.run(run_probe(port, service, timeout))
+def probe_once(port: int, service: str | None = None, timeout: float = 1.0, mode: int = spec_pb.PLAINTEXT):
+    return asyncio.run(run_probe(port, service, timeout, mode=mode))
 
 
 def phase_names(phases) -> list[str]:
@@ -123,6 +125,41 @@ def test_serving(health_server):
     assert outcome.address == f"127.0.0.1:{health_server.port}"
     assert phase_names(phases) == ["connect", "handshake", "check"]
     assert phases[2].detail == "SERVING" and not phases[2].error
+
+
+# ---------------------------------------------------------------- grpc.mode TLS (KEP-4939, kubelet 1.37 alpha)
+
+
+@pytest.fixture(scope="module")
+def tls_health_server(tmp_path_factory):
+    made = make_self_signed(str(tmp_path_factory.mktemp("grpc-tls")))
+    if made is None:
+        pytest.skip("neither the cryptography package nor the openssl CLI can make a test certificate")
+    server = LocalServer("grpc_health_server.py", "--status", "SERVING", "--status", "db=NOT_SERVING",
+                         "--tls", *made)
+    yield server
+    server.stop()
+
+
+def test_tls_mode_probes_a_tls_server_without_verifying_it(tls_health_server):
+    """pkg/probe/grpc with GRPCProbeModeTLS: credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) (a
+    self-signed certificate passes), the same outputs as in plaintext."""
+    outcome, _, phases = probe_once(tls_health_server.port, mode=spec_pb.TLS)
+    assert (outcome.result, outcome.output, outcome.grpc_status) == (SUCCESS, "service healthy", "SERVING")
+    assert phase_names(phases) == ["connect", "tls", "handshake", "check"]
+    assert phases[1].detail.startswith("TLSv1.")
+    unhealthy, _, _ = probe_once(tls_health_server.port, service="db", mode=spec_pb.TLS)
+    assert (unhealthy.result, unhealthy.output) == (FAILURE, 'service unhealthy (responded with "NOT_SERVING")')
+
+
+def test_plaintext_against_a_tls_server_and_tls_against_a_plaintext_one_time_out(tls_health_server, health_server):
+    """Neither transport can be made (the TLS server reads our preface as a bad handshake; the plaintext one
+    answers our ClientHello with HTTP/2 bytes): grpc-go's dial retries until the probe's deadline."""
+    for port, mode in ((tls_health_server.port, spec_pb.PLAINTEXT), (health_server.port, spec_pb.TLS)):
+        outcome, took, phases = probe_once(port, timeout=0.5, mode=mode)
+        assert (outcome.result, outcome.output) == (
+            FAILURE, rules.dial_timeout_output(f"127.0.0.1:{port}", 500_000_000))
+        assert any(p.error for p in phases) and took < 0.5 + 0.5
 
 
 def test_not_serving_named_service(health_server):
@@ -506,6 +543,27 @@ def test_worker_grpc_serving_on_pod_ipv4(pod_netns, worker):
 
     attempt = worker.run_once(grpc_spec(server.port, service="db"))
     assert (attempt.result, attempt.output) == (FAILURE, 'service unhealthy (responded with "NOT_SERVING")')
+
+
+@pytest.mark.netns
+def test_worker_grpc_tls_mode_in_the_pod(pod_netns, worker, tmp_path):
+    """A TLS gRPC health server in the pod (self-signed): grpc.mode TLS probes it as the kubelet 1.37 does, through
+    the worker's broker sockets in the pod's netns; plaintext cannot, and times out as grpc-go's dial does."""
+    made = make_self_signed(str(tmp_path))
+    if made is None:
+        pytest.skip("neither the cryptography package nor the openssl CLI can make a test certificate")
+    os.chmod(tmp_path, 0o755)
+    for path in made:
+        os.chmod(path, 0o644)
+    server = pod_netns.spawn_python("grpc_health_server.py", "--status", "db=NOT_SERVING", "--tls", *made)
+    attempt = worker.run_once(grpc_spec(server.port, mode=spec_pb.TLS))
+    assert (attempt.result, attempt.output, attempt_grpc_status(attempt)) == (SUCCESS, "service healthy", "SERVING")
+    assert [p.name for p in attempt.phases][-4:] == ["connect", "tls", "handshake", "check"]
+    attempt = worker.run_once(grpc_spec(server.port, service="db", mode=spec_pb.TLS))
+    assert (attempt.result, attempt.output) == (FAILURE, 'service unhealthy (responded with "NOT_SERVING")')
+    attempt = worker.run_once(grpc_spec(server.port, timeout_ms=500))
+    assert (attempt.result, attempt.output) == (
+        FAILURE, rules.dial_timeout_output(f"{pod_netns.ipv4}:{server.port}", 500_000_000))
 
 
 @pytest.mark.netns

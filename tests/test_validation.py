@@ -153,6 +153,9 @@ HEADER_VALUE_MSG = "Invalid value: must not contain CR, LF or NUL characters"
 
 @pytest.mark.parametrize("spec, expected", [
     (http(scheme=7), ['spec.http_get.scheme: Unsupported value: 7: supported values: "HTTP", "HTTPS"']),
+    # validateGRPCAction (1.37, KEP-4939): a mode this version does not know is NotSupported.
+    (pb.ProbeSpec(grpc=pb.GRPCAction(port=9090, mode=7)),
+     ['spec.grpc.mode: Unsupported value: 7: supported values: "Plaintext", "TLS"']),
     (http(http_headers=headers(("bad name", "v"))),
      [f'spec.http_get.http_headers: Invalid value: "bad name": {HEADER_MSG}']),
     (http(http_headers=headers(("", "v"))),

@@ -30,6 +30,7 @@ from probe_worker import grpc_rules as rules
 from probe_worker import grpc_wire as wire
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
+from probe_worker.tls_stream import GRPC_TLS, Stream, StreamError
 from probe_api.gostrings import errno_text, go_duration, join_host_port
 
 _READ_CHUNK = 16 * 1024
@@ -40,9 +41,9 @@ REQUEST_CACHE_SIZE = 64
 
 
 @functools.lru_cache(maxsize=REQUEST_CACHE_SIZE)
-def _request(authority: str, kube_agent: str, service: str) -> wire.Request:
+def _request(authority: str, kube_agent: str, service: str, tls: bool) -> wire.Request:
     """Keyed by content, like the prober's plans: building the header block costs as much as a TCP probe."""
-    return wire.Request.build(authority, kube_agent, service)
+    return wire.Request.build(authority, kube_agent, service, tls)
 
 
 class _Broken(Exception):
@@ -60,8 +61,10 @@ class _Transport:
     they are the call's error, as in grpc-go once its transport is up.
     """
 
-    def __init__(self, sock: socket.socket, address: str, request: wire.Request) -> None:
+    def __init__(self, sock: socket.socket, address: str, request: wire.Request, tls: Stream | None = None) -> None:
+        """tls: the connection's TLS (grpc.mode TLS), handshaken already; None for plaintext."""
         self.sock = sock
+        self.tls = tls
         self.address = address
         host, port = sock.getsockname()[:2]
         self.local = join_host_port(host, port)
@@ -73,6 +76,12 @@ class _Transport:
         return self.conn.call
 
     async def send(self, data: bytes) -> None:
+        if self.tls is not None:
+            try:
+                await self.tls.send(data)
+            except StreamError as exc:
+                self._fail(rules.connection_error(str(exc)))
+            return
         try:
             await asyncio.get_running_loop().sock_sendall(self.sock, data)
         except OSError as exc:
@@ -93,7 +102,12 @@ class _Transport:
                 codes.RESOURCE_EXHAUSTED, f"probe read limit: the server sent more than {rules.MAX_READ_BYTES} bytes"
             ))
         try:
-            chunk = await loop.sock_recv(self.sock, min(_READ_CHUNK, budget))
+            if self.tls is not None:
+                chunk = await self.tls.recv(min(_READ_CHUNK, budget))
+            else:
+                chunk = await loop.sock_recv(self.sock, min(_READ_CHUNK, budget))
+        except StreamError as exc:
+            return self._fail(rules.connection_error(str(exc)))
         except OSError as exc:
             reason = errno_text(exc.errno) if exc.errno else str(exc)
             return self._fail(rules.connection_error(rules.read_error_desc(self.local, self.address, reason)))
@@ -113,6 +127,10 @@ class _Transport:
 
     def close(self) -> None:
         """What is still owed, then a GOAWAY like grpc-go's client close; best effort, without waiting."""
+        if self.tls is not None:
+            self.tls.send_nowait(self.conn.data_to_send() + wire.GOAWAY)
+            self.tls.close()
+            return
         try:
             self.sock.send(self.conn.data_to_send() + wire.GOAWAY)
         except OSError:
@@ -128,8 +146,9 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
     if ctx.lifecycle_hook:  # the worker rejects such a RunOnce; never dial for one that got this far
         return Outcome(UNKNOWN, NO_HOOK)
     target = join_host_port(endpoint.host, endpoint.port)
-    request = _request(target, ctx.user_agent, spec.grpc.service)
-    transport, address = await _dial(endpoint, request, ctx)
+    tls = spec.grpc.mode == spec_pb.TLS
+    request = _request(target, ctx.user_agent, spec.grpc.service, tls)
+    transport, address = await _dial(endpoint, request, ctx, tls)
     if transport is None:
         return Outcome(FAILURE, rules.dial_timeout_output(target, ctx.timeout_ns), address=address)
     try:
@@ -145,7 +164,8 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
     return outcome.bounded()
 
 
-async def _dial(endpoint: Endpoint, request: wire.Request, ctx: AttemptContext) -> tuple[_Transport | None, str]:
+async def _dial(endpoint: Endpoint, request: wire.Request, ctx: AttemptContext,
+                tls: bool = False) -> tuple[_Transport | None, str]:
     """grpc.DialContext(WithBlock): (ready transport, its address) or (None, last address) at the deadline."""
     loop = asyncio.get_running_loop()
     last_address = ""
@@ -155,7 +175,7 @@ async def _dial(endpoint: Endpoint, request: wire.Request, ctx: AttemptContext) 
         window_end = loop.time() + rules.connect_window(backoff)
         # The window (20 s at least) nearly always outlasts the probe: no copy of the context then.
         attempt_ctx = ctx if window_end >= ctx.deadline else dataclasses.replace(ctx, deadline=window_end)
-        transport, address = await _connect_once(endpoint, request, attempt_ctx)
+        transport, address = await _connect_once(endpoint, request, attempt_ctx, tls)
         if transport is not None:
             return transport, address
         last_address = address or last_address
@@ -170,13 +190,18 @@ async def _dial(endpoint: Endpoint, request: wire.Request, ctx: AttemptContext) 
         retries += 1
 
 
-async def _connect_once(endpoint: Endpoint, request: wire.Request,
-                        ctx: AttemptContext) -> tuple[_Transport | None, str]:
+async def _connect_once(endpoint: Endpoint, request: wire.Request, ctx: AttemptContext,
+                        tls: bool = False) -> tuple[_Transport | None, str]:
     try:
         sock, address = await connect(endpoint, ctx)
     except ConnectError:
         return None, ""  # connect() recorded the phase and its error
-    transport = _Transport(sock, address, request)
+    stream = None
+    if tls:
+        stream = await _handshake(sock, address, ctx)
+        if stream is None:
+            return None, address  # like any transport that could not be made: the dial retries
+    transport = _Transport(sock, address, request, stream)
     try:
         with ctx.trace.phase("handshake", address) as phase:
             try:
@@ -194,6 +219,26 @@ async def _connect_once(endpoint: Endpoint, request: wire.Request,
         raise
     transport.close()
     return None, address
+
+
+async def _handshake(sock: socket.socket, address: str, ctx: AttemptContext) -> Stream | None:
+    """grpc.mode TLS: the TLS handshake (no verification, ALPN h2, no SNI for the pod IP, as Go sends none for an
+    IP address); None, with the phase's error, when it fails or the server selected no ALPN protocol."""
+    stream = Stream(sock, address)
+    with ctx.trace.phase("tls", address) as phase:
+        try:
+            async with asyncio.timeout_at(ctx.deadline):
+                phase.detail = await stream.start_tls(GRPC_TLS, None)
+            if stream.tls.selected_alpn_protocol() != "h2":
+                phase.error = rules.MISSING_ALPN
+        except TimeoutError:
+            phase.error = "context deadline exceeded"
+        except StreamError as exc:
+            phase.error = str(exc)
+    if phase.error:
+        stream.close()
+        return None
+    return stream
 
 
 async def _check(transport: _Transport, ctx: AttemptContext) -> bytes | rules.RpcError:

@@ -106,6 +106,8 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="HTTP request header, repeatable (with --http-get)")
     parser.add_argument("--service", help="gRPC health service name (with --grpc)")
+    parser.add_argument("--grpc-mode", choices=tuple(specs.GRPC_MODES),
+                        help="with --grpc: Plaintext (default) or TLS, without certificate verification (KEP-4939)")
     parser.add_argument("--target", choices=specs.TARGETS, help="pod-ip (default) or loopback: the pod's 127.0.0.1")
     parser.add_argument("--ip-family", choices=specs.IP_FAMILIES, help="default primary: the sandbox's first IP")
     parser.add_argument("--container-port", action="append", default=[], type=_container_port,
@@ -243,13 +245,15 @@ def _spec(args) -> spec_pb.ProbeSpec:
         raise UsageError("--header goes with --http-get")
     if args.service is not None and args.grpc is None:
         raise UsageError("--service goes with --grpc")
+    if args.grpc_mode is not None and args.grpc is None:
+        raise UsageError("--grpc-mode goes with --grpc")
     spec = spec_pb.ProbeSpec()
     if args.http_get is not None:
         spec.http_get.CopyFrom(specs.http_get_action(args.http_get, args.header))
     elif args.tcp is not None:
         spec.tcp_socket.CopyFrom(specs.tcp_socket_action(args.tcp))
     else:
-        spec.grpc.CopyFrom(specs.grpc_action(args.grpc, args.service))
+        spec.grpc.CopyFrom(specs.grpc_action(args.grpc, args.service, args.grpc_mode))
     if args.target:
         spec.target = specs.TARGETS[args.target]
     if args.ip_family:

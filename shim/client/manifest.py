@@ -28,6 +28,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
 from probe_api.validation import OMIT_VALUE, FieldError, PrintedValue, port_name_errors, probe_errors
+from shim.client.specs import GRPC_MODES
 
 PROBE_FIELDS = (("livenessProbe", spec_pb.LIVENESS), ("readinessProbe", spec_pb.READINESS),
                 ("startupProbe", spec_pb.STARTUP))
@@ -47,7 +48,7 @@ POD_SPEC_PATHS = {
 _PROBE_KEYS = {"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
                "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
 _HANDLER_KEYS = {"httpGet": {"path", "port", "host", "scheme", "httpHeaders"}, "tcpSocket": {"port", "host"},
-                 "grpc": {"port", "service"}, "exec": {"command"}}
+                 "grpc": {"port", "service", "mode"}, "exec": {"command"}}
 _SCHEMES = {"HTTP": spec_pb.HTTP, "HTTPS": spec_pb.HTTPS}  # case-sensitive, like the API
 
 # Probe field (Kubernetes name) -> (ProbeSpec field, milliseconds per unit, integer bits in Kubernetes).
@@ -251,6 +252,11 @@ def handler_spec(body: dict, path: str, ports: Sequence[spec_pb.ContainerPort]) 
         spec.grpc.port = _integer(action.get("port"), f"{where}.port", bits=32, required=True)
         if action.get("service") is not None:
             spec.grpc.service = _string(action["service"], f"{where}.service")
+        mode = action.get("mode")
+        if mode is not None and mode not in GRPC_MODES:  # validateGRPCAction (1.37): NotSupported
+            raise InvalidField(f"{where}.mode: Unsupported value: {shown(mode)}: supported values: "
+                               f"{', '.join(go_quote(m) for m in GRPC_MODES)}")
+        spec.grpc.mode = GRPC_MODES.get(mode, spec_pb.PLAINTEXT)
     if body.get("exec") is not None:
         where = _join(path, "exec")
         action = _mapping(body["exec"], where, _HANDLER_KEYS["exec"])

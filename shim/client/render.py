@@ -162,7 +162,8 @@ def handler_text(spec: spec_pb.ProbeSpec) -> str:
         return f"tcp-socket {_host_port(spec.tcp_socket.host, _port(spec.tcp_socket.port))}"
     if spec.HasField("grpc"):
         service = f" {spec.grpc.service}" if spec.grpc.service else ""
-        return f"grpc :{spec.grpc.port}{service}"
+        tls = " (TLS)" if spec.grpc.mode == spec_pb.TLS else ""
+        return f"grpc :{spec.grpc.port}{service}{tls}"
     if spec.HasField("exec"):
         return f"exec {list(spec.exec.command)}"
     return NONE

@@ -25,6 +25,7 @@ PROBE_TYPES = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS, "st
 TARGETS = {"pod-ip": spec_pb.POD_IP, "loopback": spec_pb.LOOPBACK}
 IP_FAMILIES = {"primary": spec_pb.PRIMARY, "ipv4": spec_pb.IPV4, "ipv6": spec_pb.IPV6, "any": spec_pb.ANY}
 SCHEMES = {"http": spec_pb.HTTP, "https": spec_pb.HTTPS}
+GRPC_MODES = {"Plaintext": spec_pb.PLAINTEXT, "TLS": spec_pb.TLS}  # core/v1 GRPCProbeMode, as the API spells them
 
 # time.ParseDuration's units, in nanoseconds (both spellings of micro, as Go accepts them).
 _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000,
@@ -126,14 +127,20 @@ def tcp_socket_action(target: str) -> spec_pb.TCPSocketAction:
     return spec_pb.TCPSocketAction(port=port, host=host)
 
 
-def grpc_action(port: str, service: str | None = None) -> spec_pb.GRPCAction:
-    """gRPC probes take a port number only (Kubernetes' GRPCAction.port is an int32, not a name)."""
+def grpc_action(port: str, service: str | None = None, mode: str | None = None) -> spec_pb.GRPCAction:
+    """gRPC probes take a port number only (Kubernetes' GRPCAction.port is an int32, not a name); mode is
+    grpc.mode's value, Plaintext (the default) or TLS (KEP-4939)."""
     text = port.strip()
     if not _is_digits(text):
         raise SpecError(f"--grpc {go_quote(port)}: the port must be a number (gRPC probes take no named ports)")
     action = spec_pb.GRPCAction(port=_port_number(text, "--grpc", port))
     if service is not None:
         action.service = service
+    if mode is not None:
+        if mode not in GRPC_MODES:
+            raise SpecError(f"--grpc-mode {go_quote(mode)}: supported values: "
+                            f"{', '.join(go_quote(m) for m in GRPC_MODES)}")
+        action.mode = GRPC_MODES[mode]
     return action
 
 

@@ -1,12 +1,13 @@
 """A real grpcio server with the standard health service, as a gRPC probe target.
 
     grpc_health_server.py [--host H] [--port P] [--status [SERVICE=]STATUS ...]
-                          [--no-health] [--slow-ms N]
+                          [--no-health] [--slow-ms N] [--tls CERT KEY]
 
 --status SERVING sets the overall ("") service; --status db=NOT_SERVING a named
 one (repeatable; default: "" SERVING). Services never set answer NOT_FOUND, as
 grpcio-health-checking does. --no-health registers no service at all, so every
-call is UNIMPLEMENTED. --slow-ms makes Check sleep before answering. Prints
+call is UNIMPLEMENTED. --slow-ms makes Check sleep before answering. --tls serves over TLS with that
+certificate (grpcio's server credentials: ALPN h2, as every TLS gRPC server). Prints
 `READY <port>` once listening; exits on SIGTERM.
 """
 
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--status", action="append", type=parse_status, default=[])
     parser.add_argument("--no-health", action="store_true")
     parser.add_argument("--slow-ms", type=int, default=0)
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     args = parser.parse_args()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -54,7 +56,12 @@ def main() -> None:
             servicer.set(service, status)
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    port = server.add_insecure_port(f"{host}:{args.port}")
+    if args.tls:
+        with open(args.tls[0], "rb") as cert, open(args.tls[1], "rb") as key:
+            credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+        port = server.add_secure_port(f"{host}:{args.port}", credentials)
+    else:
+        port = server.add_insecure_port(f"{host}:{args.port}")
     server.start()
 
     stopped = threading.Event()
