@@ -51,3 +51,18 @@ def is_late(scheduled_at_ns: int, started_at_ns: int) -> bool:
 def longest_attempt_ms(spec: spec_pb.ProbeSpec) -> int:
     """How long one attempt of the spec may take in the worst case: every try to its timeout."""
     return MAX_TRIES * effective_timing(spec).timeout_ms
+
+
+# An attempt's result -> its field of the totals (service AttemptTotals and worker AttemptCounts name them alike).
+_TOTAL_FIELD = {
+    spec_pb.RESULT_SUCCESS: "success",
+    spec_pb.RESULT_WARNING: "warning",
+    spec_pb.RESULT_FAILURE: "failure",
+    spec_pb.RESULT_UNKNOWN: "unknown",
+}
+
+
+def count_attempt(totals, result: int) -> None:
+    """Adds one attempt to `totals` (the daemon's AttemptTotals or the worker's AttemptCounts)."""
+    field = _TOTAL_FIELD.get(result, "unknown")
+    setattr(totals, field, getattr(totals, field) + 1)

@@ -18,19 +18,13 @@ from dataclasses import dataclass, field
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import count_attempt
 from probe_api.validation import Timing, effective_timing
 from probe_worker.prober import Prober
 from probe_worker.scheduling import PhaseGrid, gate
 from probe_worker.thresholds import ThresholdTracker, container_started
 
 Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
-
-
-_TOTAL_FIELD = {
-    spec_pb.RESULT_SUCCESS: "success",
-    spec_pb.RESULT_WARNING: "warning",
-    spec_pb.RESULT_FAILURE: "failure",
-}
 
 
 @dataclass
@@ -176,8 +170,7 @@ class ProbeManager:
             previous = tracker.state
             changed = tracker.observe(attempt.result)
             probe.last_attempt = attempt
-            total = _TOTAL_FIELD.get(attempt.result, "unknown")
-            setattr(probe.totals, total, getattr(probe.totals, total) + 1)
+            count_attempt(probe.totals, attempt.result)
             await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
                 probe_id=reg.probe_id,
                 sandbox_id=self.sandbox_id,

@@ -21,15 +21,8 @@ from dataclasses import dataclass
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import is_late
+from probe_api.defaults import count_attempt, is_late
 from shim.sandboxes import SandboxInfo
-
-_TOTAL_FIELD = {
-    spec_pb.RESULT_SUCCESS: "success",
-    spec_pb.RESULT_WARNING: "warning",
-    spec_pb.RESULT_FAILURE: "failure",
-    spec_pb.RESULT_UNKNOWN: "unknown",
-}
 
 
 @dataclass(frozen=True)
@@ -43,11 +36,6 @@ class ProbeLabels:
     pod_name: str = ""
     pod_namespace: str = ""
     pod_uid: str = ""
-
-
-def count_attempt(totals: service_pb.AttemptTotals, result: int) -> None:
-    field = _TOTAL_FIELD.get(result, "unknown")
-    setattr(totals, field, getattr(totals, field) + 1)
 
 
 class ResultsManager:

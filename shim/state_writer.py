@@ -84,8 +84,6 @@ class StateWriter:
         self._soon: asyncio.TimerHandle | None = None
         self._lazy: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[None] | None = None
-        self.writes = 0  # transactions, for the benchmark
-        self.rows_written = 0
 
     async def start(self, identity: BoardIdentity) -> None:
         """Reserves revisions ahead (durably) and starts listening to the board."""
@@ -142,8 +140,6 @@ class StateWriter:
             self._dirty.update(rows)
             log.warning("observations not stored yet (%d rows): %s", len(rows), exc)
             return
-        self.writes += 1
-        self.rows_written += len(rows)
         if self._on_write is not None:
             self._on_write(len(rows))
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
 from tests.daemon_env import DaemonProcess, code_copy, run, status, tcp_spec, wait_for
 from tests.netns_env import PodNetns, listen
@@ -70,7 +71,7 @@ def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, p
     channel = grpc.insecure_channel(f"unix://{first.socket_path}")
     began = time.monotonic()
     with pytest.raises(grpc.RpcError) as refused:
-        service_pb_stub(channel).RunProbe(service_pb.RunProbeRequest(pod_sandbox_id=pod_netns.name), timeout=5)
+        service_grpc.ProbeServiceStub(channel).RunProbe(service_pb.RunProbeRequest(pod_sandbox_id=pod_netns.name), timeout=5)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - began < 2
     channel.close()
 
@@ -98,11 +99,6 @@ def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, p
     finally:
         second.stop()
     assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
-
-
-def service_pb_stub(channel):
-    from cri_proto import probe_service_pb2_grpc as service_grpc
-    return service_grpc.ProbeServiceStub(channel)
 
 
 def test_a_worker_no_registration_needs_is_stopped_by_the_next_daemon(tmp_path, pod_netns):
