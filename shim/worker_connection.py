@@ -33,6 +33,7 @@ class WorkerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder()
         self._seq = itertools.count(1)
         self._pending: dict[int, asyncio.Future[worker_pb.WorkerEvent]] = {}
+        self._in_order: dict[int, Callable[[worker_pb.WorkerEvent], None]] = {}  # see submit(on_reply=)
         self._transport: asyncio.Transport | None = None
         self.first: asyncio.Future[worker_pb.WorkerEvent] = self._loop.create_future()  # Ready or Fatal
         self.lost: asyncio.Future[str] = self._loop.create_future()  # why the connection ended
@@ -68,15 +69,23 @@ class WorkerConnection(asyncio.Protocol):
             return
         if event.seq:
             reply = self._pending.pop(event.seq, None)
+            on_reply = self._in_order.pop(event.seq, None)
             if reply is not None and not reply.done():
+                if on_reply is not None:
+                    on_reply(event)
                 reply.set_result(event)
             return  # a reply nobody waits for any more (timed out, or a watchdog heartbeat)
         if kind in ("attempt", "state_change"):
             self._on_event(event)
 
     # requests
-    def submit(self, expect_reply: bool = True, **msg) -> asyncio.Future[worker_pb.WorkerEvent] | None:
-        """Writes one request now (no await: callers rely on the order of writes)."""
+    def submit(self, expect_reply: bool = True, on_reply: Callable[[worker_pb.WorkerEvent], None] | None = None,
+               **msg) -> asyncio.Future[worker_pb.WorkerEvent] | None:
+        """Writes one request now (no await: callers rely on the order of writes).
+
+        on_reply runs with the reply at its place among the worker's events: before any event the worker sent
+        after it. Whoever awaits the reply runs only later, when events behind it may have been handed on
+        already; what must not be overtaken by them (a Snapshot's counts) is taken here."""
         if self.lost.done():
             raise WorkerUnavailable(self.lost.result())
         seq = next(self._seq)
@@ -84,6 +93,8 @@ class WorkerConnection(asyncio.Protocol):
         if expect_reply:
             reply = self._loop.create_future()
             self._pending[seq] = reply
+            if on_reply is not None:
+                self._in_order[seq] = on_reply
         self._transport.write(encode(worker_pb.WorkerRequest(seq=seq, **msg)))
         if self._transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
             self.fail("the worker stopped reading its requests")
@@ -96,9 +107,12 @@ class WorkerConnection(asyncio.Protocol):
             for seq, pending in list(self._pending.items()):
                 if pending is reply:
                     del self._pending[seq]
+                    self._in_order.pop(seq, None)
 
-    async def request(self, timeout_s: float = REQUEST_TIMEOUT_S, **msg) -> worker_pb.WorkerEvent:
-        return await self.reply(self.submit(**msg), timeout_s)
+    async def request(self, timeout_s: float = REQUEST_TIMEOUT_S,
+                      on_reply: Callable[[worker_pb.WorkerEvent], None] | None = None,
+                      **msg) -> worker_pb.WorkerEvent:
+        return await self.reply(self.submit(on_reply=on_reply, **msg), timeout_s)
 
     def fail(self, reason: str) -> None:
         """Ends the connection (idempotent); waiting requests get WorkerUnavailable."""
@@ -112,3 +126,4 @@ class WorkerConnection(asyncio.Protocol):
                 reply.set_exception(WorkerUnavailable(f"worker lost: {reason}"))
                 reply.exception()  # a caller that gave up must not leave it "never retrieved"
         self._pending.clear()
+        self._in_order.clear()

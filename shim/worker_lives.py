@@ -137,12 +137,16 @@ class WorkerLives:
         """An adopted worker: what it runs (Snapshot) reaches the results first, then it is changed to run
         exactly the registrations, touching nothing else: sandboxes nobody needs leave, probes nobody registered
         stop, probes that differ (or are missing) are sent with their progress."""
-        reply = await conn.request(self._request_timeout_s, resume=worker_pb.Resume())
+        def take(reply: worker_pb.WorkerEvent) -> None:
+            # At the reply's place among the worker's events: an attempt the worker made after the Snapshot
+            # counts on top of its totals, not under them (it may be in the same read as the reply).
+            ours = worker_pb.Snapshot(dropped_events=reply.snapshot.dropped_events)
+            ours.probes.extend(p for p in reply.snapshot.probes if p.registration.sandbox_id in group.members)
+            if ours.probes:
+                self._on_event("", worker_pb.WorkerEvent(snapshot=ours))
+
+        reply = await conn.request(self._request_timeout_s, on_reply=take, resume=worker_pb.Resume())
         snapshot = reply.snapshot
-        ours = worker_pb.Snapshot(dropped_events=snapshot.dropped_events)
-        ours.probes.extend(p for p in snapshot.probes if p.registration.sandbox_id in group.members)
-        if ours.probes:
-            self._on_event("", worker_pb.WorkerEvent(snapshot=ours))
         if snapshot.dropped_events:
             log.warning("the worker dropped %d events while no daemon listened", snapshot.dropped_events,
                         extra={"group": group.name})

@@ -1,0 +1,84 @@
+"""The daemon's end of a worker's socketpair (shim/worker_connection.py), over a real socketpair.
+
+The worker's side is played by the test, writing frames as probe_worker/main.py does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.worker_protocol import FrameDecoder, encode
+from shim.worker_connection import WorkerConnection
+
+async def _connected(seen: list[str]) -> tuple[WorkerConnection, socket.socket]:
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    conn = WorkerConnection(lambda event: seen.append(event.WhichOneof("msg")))
+    await loop.connect_accepted_socket(lambda: conn, sock=ours)
+    theirs.sendall(encode(worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=1))))
+    await conn.first
+    return conn, theirs
+
+
+async def _request_seq(theirs: socket.socket) -> int:
+    data = await asyncio.get_running_loop().sock_recv(theirs, 65536)
+    (frame,) = FrameDecoder().feed(data)
+    return worker_pb.WorkerRequest.FromString(frame).seq
+
+
+def _attempt() -> worker_pb.WorkerEvent:
+    return worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
+        probe_id="p", attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS)))
+
+
+def test_a_reply_is_taken_before_the_events_the_worker_sent_after_it():
+    asyncio.run(asyncio.wait_for(_reply_before_later_events(), 10))
+
+
+async def _reply_before_later_events():
+    # The race a restart met: the Snapshot and the next attempt arrive in one read; the attempt was counted, then
+    # the Snapshot's totals (without it) written over it, once the coroutine awaiting the reply ran.
+    seen: list[str] = []
+    theirs = None
+    try:
+        conn, theirs = await _connected(seen)
+        theirs.setblocking(False)
+        reply = conn.submit(on_reply=lambda event: seen.append("on_reply " + event.WhichOneof("msg")),
+                            resume=worker_pb.Resume())
+        seq = await _request_seq(theirs)
+        theirs.sendall(encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(_attempt()))
+        answered = await conn.reply(reply, 5)
+        seen.append("awaited")
+        assert answered.WhichOneof("msg") == "snapshot"
+        assert seen == ["on_reply snapshot", "attempt", "awaited"]
+    finally:
+        if theirs is not None:
+            theirs.close()
+
+
+def test_a_reply_after_its_request_timed_out_runs_nothing():
+    asyncio.run(asyncio.wait_for(_late_reply(), 10))
+
+
+async def _late_reply():
+    seen: list[str] = []
+    theirs = None
+    try:
+        conn, theirs = await _connected(seen)
+        theirs.setblocking(False)
+        reply = conn.submit(on_reply=lambda event: seen.append("on_reply"), resume=worker_pb.Resume())
+        seq = await _request_seq(theirs)
+        with pytest.raises(TimeoutError):
+            await conn.reply(reply, 0.01)
+        theirs.sendall(encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(_attempt()))
+        while "attempt" not in seen:  # the attempt behind the late reply is the event to wait for
+            await asyncio.sleep(0)
+        assert seen == ["attempt"]
+    finally:
+        if theirs is not None:
+            theirs.close()
