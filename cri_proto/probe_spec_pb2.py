@@ -24,47 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ri_proto/probe_spec.proto\x12\x16runtime.probe.v1alpha1\"3\n\x07PortRef\x12\x10\n\x06number\x18\x01 \x01(\x05H\x00\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x42\x06\n\x04port\")\n\nHTTPHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xc7\x01\n\rHTTPGetAction\x12\x0c\n\x04path\x18\x01 \x01(\t\x12-\n\x04port\x18\x02 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.PortRef\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x31\n\x06scheme\x18\x04 \x01(\x0e\x32!.runtime.probe.v1alpha1.URIScheme\x12\x38\n\x0chttp_headers\x18\x05 \x03(\x0b\x32\".runtime.probe.v1alpha1.HTTPHeader\"N\n\x0fTCPSocketAction\x12-\n\x04port\x18\x01 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.PortRef\x12\x0c\n\x04host\x18\x02 \x01(\t\"q\n\nGRPCAction\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x14\n\x07service\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x33\n\x04mode\x18\x03 \x01(\x0e\x32%.runtime.probe.v1alpha1.GRPCProbeModeB\n\n\x08_service\"\x1d\n\nExecAction\x12\x0f\n\x07\x63ommand\x18\x01 \x03(\t\"\x8b\x04\n\tProbeSpec\x12\x37\n\x08http_get\x18\x01 \x01(\x0b\x32%.runtime.probe.v1alpha1.HTTPGetAction\x12;\n\ntcp_socket\x18\x02 \x01(\x0b\x32\'.runtime.probe.v1alpha1.TCPSocketAction\x12\x30\n\x04grpc\x18\x03 \x01(\x0b\x32\".runtime.probe.v1alpha1.GRPCAction\x12\x30\n\x04\x65xec\x18\x04 \x01(\x0b\x32\".runtime.probe.v1alpha1.ExecAction\x12\x18\n\x10initial_delay_ms\x18\n \x01(\x03\x12\x11\n\tperiod_ms\x18\x0b \x01(\x03\x12\x12\n\ntimeout_ms\x18\x0c \x01(\x03\x12\x19\n\x11success_threshold\x18\r \x01(\x05\x12\x19\n\x11\x66\x61ilure_threshold\x18\x0e \x01(\x05\x12(\n\x1btermination_grace_period_ms\x18\x0f \x01(\x03H\x00\x88\x01\x01\x12.\n\x06target\x18\x10 \x01(\x0e\x32\x1e.runtime.probe.v1alpha1.Target\x12\x33\n\tip_family\x18\x11 \x01(\x0e\x32 .runtime.probe.v1alpha1.IPFamilyB\x1e\n\x1c_termination_grace_period_ms\"G\n\rContainerPort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_port\x18\x02 \x01(\x05\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\x93\x01\n\x05Phase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fstart_offset_ns\x18\x02 \x01(\x03\x12\x13\n\x0b\x64uration_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12/\n\x08\x63hildren\x18\x06 \x03(\x0b\x32\x1d.runtime.probe.v1alpha1.Phase\"\x83\x03\n\x07\x41ttempt\x12\x35\n\x06result\x18\x01 \x01(\x0e\x32%.runtime.probe.v1alpha1.AttemptResult\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x1a\n\x12started_at_unix_ns\x18\x03 \x01(\x03\x12\x13\n\x0b\x64uration_ns\x18\x04 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\x12-\n\x06phases\x18\x06 \x03(\x0b\x32\x1d.runtime.probe.v1alpha1.Phase\x12\x18\n\x10http_status_code\x18\x07 \x01(\x05\x12\x1c\n\x14scheduled_at_unix_ns\x18\t \x01(\x03\x12\x14\n\x0cticks_missed\x18\n \x01(\x05\x12\x16\n\tgrpc_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x46\n\x13grpc_serving_status\x18\x0c \x01(\x0e\x32).runtime.probe.v1alpha1.GRPCServingStatusB\x0c\n\n_grpc_codeJ\x04\x08\x08\x10\t*Q\n\tProbeType\x12\x1a\n\x16PROBE_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08LIVENESS\x10\x01\x12\r\n\tREADINESS\x10\x02\x12\x0b\n\x07STARTUP\x10\x03* \n\tURIScheme\x12\x08\n\x04HTTP\x10\x00\x12\t\n\x05HTTPS\x10\x01*\"\n\x06Target\x12\n\n\x06POD_IP\x10\x00\x12\x0c\n\x08LOOPBACK\x10\x01*4\n\x08IPFamily\x12\x0b\n\x07PRIMARY\x10\x00\x12\x08\n\x04IPV4\x10\x01\x12\x08\n\x04IPV6\x10\x02\x12\x07\n\x03\x41NY\x10\x03*\'\n\rGRPCProbeMode\x12\r\n\tPLAINTEXT\x10\x00\x12\x07\n\x03TLS\x10\x01*_\n\rAttemptResult\x12\x12\n\x0eRESULT_UNKNOWN\x10\x00\x12\x12\n\x0eRESULT_SUCCESS\x10\x01\x12\x12\n\x0eRESULT_WARNING\x10\x02\x12\x12\n\x0eRESULT_FAILURE\x10\x03*E\n\nProbeState\x12\x11\n\rSTATE_UNKNOWN\x10\x00\x12\x11\n\rSTATE_SUCCESS\x10\x01\x12\x11\n\rSTATE_FAILURE\x10\x02*\x86\x01\n\x11GRPCServingStatus\x12\x1d\n\x19GRPC_SERVING_STATUS_UNSET\x10\x00\x12\x10\n\x0cGRPC_UNKNOWN\x10\x01\x12\x10\n\x0cGRPC_SERVING\x10\x02\x12\x14\n\x10GRPC_NOT_SERVING\x10\x03\x12\x18\n\x14GRPC_SERVICE_UNKNOWN\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ri_proto/probe_spec.proto\x12\x16runtime.probe.v1alpha1\"3\n\x07PortRef\x12\x10\n\x06number\x18\x01 \x01(\x05H\x00\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x42\x06\n\x04port\")\n\nHTTPHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xff\x01\n\rHTTPGetAction\x12\x0c\n\x04path\x18\x01 \x01(\t\x12-\n\x04port\x18\x02 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.PortRef\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x31\n\x06scheme\x18\x04 \x01(\x0e\x32!.runtime.probe.v1alpha1.URIScheme\x12\x38\n\x0chttp_headers\x18\x05 \x03(\x0b\x32\".runtime.probe.v1alpha1.HTTPHeader\x12\x36\n\x08protocol\x18\x06 \x01(\x0e\x32$.runtime.probe.v1alpha1.HTTPProtocol\"N\n\x0fTCPSocketAction\x12-\n\x04port\x18\x01 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.PortRef\x12\x0c\n\x04host\x18\x02 \x01(\t\"q\n\nGRPCAction\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x14\n\x07service\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x33\n\x04mode\x18\x03 \x01(\x0e\x32%.runtime.probe.v1alpha1.GRPCProbeModeB\n\n\x08_service\"\x1d\n\nExecAction\x12\x0f\n\x07\x63ommand\x18\x01 \x03(\t\"\x8b\x04\n\tProbeSpec\x12\x37\n\x08http_get\x18\x01 \x01(\x0b\x32%.runtime.probe.v1alpha1.HTTPGetAction\x12;\n\ntcp_socket\x18\x02 \x01(\x0b\x32\'.runtime.probe.v1alpha1.TCPSocketAction\x12\x30\n\x04grpc\x18\x03 \x01(\x0b\x32\".runtime.probe.v1alpha1.GRPCAction\x12\x30\n\x04\x65xec\x18\x04 \x01(\x0b\x32\".runtime.probe.v1alpha1.ExecAction\x12\x18\n\x10initial_delay_ms\x18\n \x01(\x03\x12\x11\n\tperiod_ms\x18\x0b \x01(\x03\x12\x12\n\ntimeout_ms\x18\x0c \x01(\x03\x12\x19\n\x11success_threshold\x18\r \x01(\x05\x12\x19\n\x11\x66\x61ilure_threshold\x18\x0e \x01(\x05\x12(\n\x1btermination_grace_period_ms\x18\x0f \x01(\x03H\x00\x88\x01\x01\x12.\n\x06target\x18\x10 \x01(\x0e\x32\x1e.runtime.probe.v1alpha1.Target\x12\x33\n\tip_family\x18\x11 \x01(\x0e\x32 .runtime.probe.v1alpha1.IPFamilyB\x1e\n\x1c_termination_grace_period_ms\"G\n\rContainerPort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_port\x18\x02 \x01(\x05\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\x93\x01\n\x05Phase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fstart_offset_ns\x18\x02 \x01(\x03\x12\x13\n\x0b\x64uration_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12/\n\x08\x63hildren\x18\x06 \x03(\x0b\x32\x1d.runtime.probe.v1alpha1.Phase\"\x83\x03\n\x07\x41ttempt\x12\x35\n\x06result\x18\x01 \x01(\x0e\x32%.runtime.probe.v1alpha1.AttemptResult\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x1a\n\x12started_at_unix_ns\x18\x03 \x01(\x03\x12\x13\n\x0b\x64uration_ns\x18\x04 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\x12-\n\x06phases\x18\x06 \x03(\x0b\x32\x1d.runtime.probe.v1alpha1.Phase\x12\x18\n\x10http_status_code\x18\x07 \x01(\x05\x12\x1c\n\x14scheduled_at_unix_ns\x18\t \x01(\x03\x12\x14\n\x0cticks_missed\x18\n \x01(\x05\x12\x16\n\tgrpc_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x46\n\x13grpc_serving_status\x18\x0c \x01(\x0e\x32).runtime.probe.v1alpha1.GRPCServingStatusB\x0c\n\n_grpc_codeJ\x04\x08\x08\x10\t*Q\n\tProbeType\x12\x1a\n\x16PROBE_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08LIVENESS\x10\x01\x12\r\n\tREADINESS\x10\x02\x12\x0b\n\x07STARTUP\x10\x03* \n\tURIScheme\x12\x08\n\x04HTTP\x10\x00\x12\t\n\x05HTTPS\x10\x01*\"\n\x06Target\x12\n\n\x06POD_IP\x10\x00\x12\x0c\n\x08LOOPBACK\x10\x01*4\n\x08IPFamily\x12\x0b\n\x07PRIMARY\x10\x00\x12\x08\n\x04IPV4\x10\x01\x12\x08\n\x04IPV6\x10\x02\x12\x07\n\x03\x41NY\x10\x03*$\n\x0cHTTPProtocol\x12\t\n\x05HTTP1\x10\x00\x12\t\n\x05HTTP2\x10\x01*\'\n\rGRPCProbeMode\x12\r\n\tPLAINTEXT\x10\x00\x12\x07\n\x03TLS\x10\x01*_\n\rAttemptResult\x12\x12\n\x0eRESULT_UNKNOWN\x10\x00\x12\x12\n\x0eRESULT_SUCCESS\x10\x01\x12\x12\n\x0eRESULT_WARNING\x10\x02\x12\x12\n\x0eRESULT_FAILURE\x10\x03*E\n\nProbeState\x12\x11\n\rSTATE_UNKNOWN\x10\x00\x12\x11\n\rSTATE_SUCCESS\x10\x01\x12\x11\n\rSTATE_FAILURE\x10\x02*\x86\x01\n\x11GRPCServingStatus\x12\x1d\n\x19GRPC_SERVING_STATUS_UNSET\x10\x00\x12\x10\n\x0cGRPC_UNKNOWN\x10\x01\x12\x10\n\x0cGRPC_SERVING\x10\x02\x12\x14\n\x10GRPC_NOT_SERVING\x10\x03\x12\x18\n\x14GRPC_SERVICE_UNKNOWN\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cri_proto.probe_spec_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PROBETYPE']._serialized_start=1717
-  _globals['_PROBETYPE']._serialized_end=1798
-  _globals['_URISCHEME']._serialized_start=1800
-  _globals['_URISCHEME']._serialized_end=1832
-  _globals['_TARGET']._serialized_start=1834
-  _globals['_TARGET']._serialized_end=1868
-  _globals['_IPFAMILY']._serialized_start=1870
-  _globals['_IPFAMILY']._serialized_end=1922
-  _globals['_GRPCPROBEMODE']._serialized_start=1924
-  _globals['_GRPCPROBEMODE']._serialized_end=1963
-  _globals['_ATTEMPTRESULT']._serialized_start=1965
-  _globals['_ATTEMPTRESULT']._serialized_end=2060
-  _globals['_PROBESTATE']._serialized_start=2062
-  _globals['_PROBESTATE']._serialized_end=2131
-  _globals['_GRPCSERVINGSTATUS']._serialized_start=2134
-  _globals['_GRPCSERVINGSTATUS']._serialized_end=2268
+  _globals['_PROBETYPE']._serialized_start=1773
+  _globals['_PROBETYPE']._serialized_end=1854
+  _globals['_URISCHEME']._serialized_start=1856
+  _globals['_URISCHEME']._serialized_end=1888
+  _globals['_TARGET']._serialized_start=1890
+  _globals['_TARGET']._serialized_end=1924
+  _globals['_IPFAMILY']._serialized_start=1926
+  _globals['_IPFAMILY']._serialized_end=1978
+  _globals['_HTTPPROTOCOL']._serialized_start=1980
+  _globals['_HTTPPROTOCOL']._serialized_end=2016
+  _globals['_GRPCPROBEMODE']._serialized_start=2018
+  _globals['_GRPCPROBEMODE']._serialized_end=2057
+  _globals['_ATTEMPTRESULT']._serialized_start=2059
+  _globals['_ATTEMPTRESULT']._serialized_end=2154
+  _globals['_PROBESTATE']._serialized_start=2156
+  _globals['_PROBESTATE']._serialized_end=2225
+  _globals['_GRPCSERVINGSTATUS']._serialized_start=2228
+  _globals['_GRPCSERVINGSTATUS']._serialized_end=2362
   _globals['_PORTREF']._serialized_start=54
   _globals['_PORTREF']._serialized_end=105
   _globals['_HTTPHEADER']._serialized_start=107
   _globals['_HTTPHEADER']._serialized_end=148
   _globals['_HTTPGETACTION']._serialized_start=151
-  _globals['_HTTPGETACTION']._serialized_end=350
-  _globals['_TCPSOCKETACTION']._serialized_start=352
-  _globals['_TCPSOCKETACTION']._serialized_end=430
-  _globals['_GRPCACTION']._serialized_start=432
-  _globals['_GRPCACTION']._serialized_end=545
-  _globals['_EXECACTION']._serialized_start=547
-  _globals['_EXECACTION']._serialized_end=576
-  _globals['_PROBESPEC']._serialized_start=579
-  _globals['_PROBESPEC']._serialized_end=1102
-  _globals['_CONTAINERPORT']._serialized_start=1104
-  _globals['_CONTAINERPORT']._serialized_end=1175
-  _globals['_PHASE']._serialized_start=1178
-  _globals['_PHASE']._serialized_end=1325
-  _globals['_ATTEMPT']._serialized_start=1328
-  _globals['_ATTEMPT']._serialized_end=1715
+  _globals['_HTTPGETACTION']._serialized_end=406
+  _globals['_TCPSOCKETACTION']._serialized_start=408
+  _globals['_TCPSOCKETACTION']._serialized_end=486
+  _globals['_GRPCACTION']._serialized_start=488
+  _globals['_GRPCACTION']._serialized_end=601
+  _globals['_EXECACTION']._serialized_start=603
+  _globals['_EXECACTION']._serialized_end=632
+  _globals['_PROBESPEC']._serialized_start=635
+  _globals['_PROBESPEC']._serialized_end=1158
+  _globals['_CONTAINERPORT']._serialized_start=1160
+  _globals['_CONTAINERPORT']._serialized_end=1231
+  _globals['_PHASE']._serialized_start=1234
+  _globals['_PHASE']._serialized_end=1381
+  _globals['_ATTEMPT']._serialized_start=1384
+  _globals['_ATTEMPT']._serialized_end=1771
 # @@protoc_insertion_point(module_scope)

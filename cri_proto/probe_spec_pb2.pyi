@@ -31,6 +31,11 @@ class IPFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     IPV6: _ClassVar[IPFamily]
     ANY: _ClassVar[IPFamily]
 
+class HTTPProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HTTP1: _ClassVar[HTTPProtocol]
+    HTTP2: _ClassVar[HTTPProtocol]
+
 class GRPCProbeMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PLAINTEXT: _ClassVar[GRPCProbeMode]
@@ -68,6 +73,8 @@ PRIMARY: IPFamily
 IPV4: IPFamily
 IPV6: IPFamily
 ANY: IPFamily
+HTTP1: HTTPProtocol
+HTTP2: HTTPProtocol
 PLAINTEXT: GRPCProbeMode
 TLS: GRPCProbeMode
 RESULT_UNKNOWN: AttemptResult
@@ -100,18 +107,20 @@ class HTTPHeader(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class HTTPGetAction(_message.Message):
-    __slots__ = ("path", "port", "host", "scheme", "http_headers")
+    __slots__ = ("path", "port", "host", "scheme", "http_headers", "protocol")
     PATH_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HTTP_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     path: str
     port: PortRef
     host: str
     scheme: URIScheme
     http_headers: _containers.RepeatedCompositeFieldContainer[HTTPHeader]
-    def __init__(self, path: _Optional[str] = ..., port: _Optional[_Union[PortRef, _Mapping]] = ..., host: _Optional[str] = ..., scheme: _Optional[_Union[URIScheme, str]] = ..., http_headers: _Optional[_Iterable[_Union[HTTPHeader, _Mapping]]] = ...) -> None: ...
+    protocol: HTTPProtocol
+    def __init__(self, path: _Optional[str] = ..., port: _Optional[_Union[PortRef, _Mapping]] = ..., host: _Optional[str] = ..., scheme: _Optional[_Union[URIScheme, str]] = ..., http_headers: _Optional[_Iterable[_Union[HTTPHeader, _Mapping]]] = ..., protocol: _Optional[_Union[HTTPProtocol, str]] = ...) -> None: ...
 
 class TCPSocketAction(_message.Message):
     __slots__ = ("port", "host")

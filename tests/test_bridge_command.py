@@ -27,7 +27,7 @@ M = MARKER
 PORTS = (spec_pb.ContainerPort(name="web", container_port=8080, protocol="TCP"),
          spec_pb.ContainerPort(name="metrics", container_port=9090, protocol="TCP"))
 JSON_WHOLE = ("Forbidden: the JSON argument gives the handler whole (headers in httpGet.httpHeaders, "
-              "the service in grpc.service, the mode in grpc.mode)")
+              "the protocol in httpGet.protocol, the service in grpc.service, the mode in grpc.mode)")
 USAGE = (f"use {M} ROLE '{{\"httpGet\":{{...}}}}' or {M} ROLE --http-get|--tcp|--grpc ...; "
          "ROLE is one of liveness, readiness, startup, postStart, preStop")
 PORT_RANGE = "must be between 1 and 65535, inclusive"
@@ -287,6 +287,20 @@ def test_grpc_is_refused_for_hooks_in_both_forms(role):
 def test_grpc_is_a_probe_handler(role):
     assert parse(role, '{"grpc":{"port":9000}}').spec.grpc.port == 9000
     assert parse(role, "--grpc", "9000").spec.grpc.port == 9000
+
+
+def test_http_protocol_in_both_forms():
+    assert parse("readiness", '{"httpGet":{"port":8080,"protocol":"HTTP2"}}').spec.http_get.protocol == spec_pb.HTTP2
+    assert parse("readiness", "--http-get", ":8080", "--http-protocol", "HTTP2").spec.http_get.protocol == \
+        spec_pb.HTTP2
+    assert parse("readiness", "--http-get", ":8080").spec.http_get.protocol == spec_pb.HTTP1
+    # validateHTTPGetAction (1.37): an unknown protocol is NotSupported, with the supported values.
+    assert refusal("readiness", '{"httpGet":{"port":8080,"protocol":"h2c"}}') == [
+        'httpGet.protocol: Unsupported value: "h2c": supported values: "HTTP1", "HTTP2"']
+    assert refusal("readiness", "--tcp", "9000", "--http-protocol", "HTTP2") == [
+        "--http-protocol: Forbidden: only with --http-get"]
+    assert refusal("readiness", '{"httpGet":{"port":8080}}', "--http-protocol", "HTTP2")[0].startswith(
+        "--http-protocol: Forbidden: the JSON argument gives the handler whole")
 
 
 def test_grpc_mode_in_both_forms():

@@ -148,6 +148,15 @@ def test_grpc():
         assert str(err.value) == message
 
 
+def test_http_protocol_as_the_api_spells_it():
+    # core/v1 HTTPProtocol (KEP-5999): "HTTP1" (the default) and "HTTP2", case as written.
+    assert http_get_action(":8080/healthz", protocol="HTTP2").protocol == spec_pb.HTTP2
+    assert http_get_action(":8080", protocol="HTTP1").protocol == spec_pb.HTTP1 == http_get_action(":8080").protocol
+    with pytest.raises(ValueError) as err:
+        http_get_action(":8080", protocol="h2c")
+    assert str(err.value) == '--http-protocol "h2c": supported values: "HTTP1", "HTTP2"'
+
+
 def test_grpc_mode_as_the_api_spells_it():
     # core/v1 GRPCProbeMode (KEP-4939): "Plaintext" (the default) and "TLS", case as written.
     assert grpc_action("9090", mode="TLS").mode == spec_pb.TLS

@@ -64,7 +64,8 @@ def converted(text: str, **options) -> str:
 @pytest.mark.parametrize("handler", [{"httpGet": {"path": "/healthz", "port": 8080}},
                                      {"tcpSocket": {"port": 5432}},
                                      {"grpc": {"port": 9090, "service": "ready"}},
-                                     {"grpc": {"port": 9443, "mode": "TLS"}}])  # 1.37, KEP-4939
+                                     {"grpc": {"port": 9443, "mode": "TLS"}},  # 1.37, KEP-4939
+                                     {"httpGet": {"path": "/", "port": 8080, "protocol": "HTTP2"}}])  # KEP-5999
 def test_each_probe_kind_becomes_the_marker_exec_of_its_role(field, role, handler):
     text = pod(f"{field}:\n  {json.dumps(handler)}\n")
     result = convert(text)

@@ -98,6 +98,8 @@ def test_handlers_read_like_kubectl_describe():
     assert render.handler_text(https) == "http-get https://:443/"
     tcp = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=5432), host="::1"))
     assert render.handler_text(tcp) == "tcp-socket [::1]:5432"
+    h2c = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(protocol=spec_pb.HTTP2, port=spec_pb.PortRef(number=80)))
+    assert render.handler_text(h2c) == "http-get http://:80/ (h2c)"
     assert render.handler_text(spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=9090))) == "grpc :9090"
     assert render.handler_text(spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=9090, service="cart"))) == "grpc :9090 cart"
     assert render.timing_text(spec_pb.ProbeSpec(period_ms=500)) == \

@@ -153,6 +153,12 @@ HEADER_VALUE_MSG = "Invalid value: must not contain CR, LF or NUL characters"
 
 @pytest.mark.parametrize("spec, expected", [
     (http(scheme=7), ['spec.http_get.scheme: Unsupported value: 7: supported values: "HTTP", "HTTPS"']),
+    # validateHTTPGetAction (1.37, KEP-5999, kubernetes#139429): one protocol error at most, on httpGet.protocol.
+    (http(protocol=7), ['spec.http_get.protocol: Unsupported value: 7: supported values: "HTTP1", "HTTP2"']),
+    (http(protocol=pb.HTTP2, scheme=pb.HTTPS),
+     ['spec.http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with scheme HTTPS']),
+    (http(protocol=pb.HTTP2, host="10.0.0.1"),
+     ['spec.http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with host']),
     # validateGRPCAction (1.37, KEP-4939): a mode this version does not know is NotSupported.
     (pb.ProbeSpec(grpc=pb.GRPCAction(port=9090, mode=7)),
      ['spec.grpc.mode: Unsupported value: 7: supported values: "Plaintext", "TLS"']),

@@ -6,6 +6,7 @@ handler the rest of the command describes, inside the pod's network namespace. T
 
     cri-probe-shim ROLE '{"httpGet":{"path":"/healthz","port":8080}}'   mechanical: what `probectl convert` writes
     cri-probe-shim ROLE --http-get :8080/healthz [--header 'N: v']...   hand-written: probectl's handler flags,
+                                                [--http-protocol HTTP1|HTTP2]
     cri-probe-shim ROLE --tcp 8080                 also --grpc PORT [--service NAME] [--grpc-mode Plaintext|TLS]
     ... [--target pod-ip|loopback] [--ip-family primary|ipv4|ipv6|any]  after either form
 
@@ -52,7 +53,8 @@ HOOK_HANDLER_KEYS: tuple[str, ...] = ("httpGet", "tcpSocket")  # core/v1 Lifecyc
 
 _HANDLER_FLAGS = ("--http-get", "--tcp", "--grpc")
 _REPEATABLE = frozenset({"--header"})
-_FLAGS = frozenset({*_HANDLER_FLAGS, "--header", "--service", "--grpc-mode", "--target", "--ip-family"})
+_FLAGS = frozenset({*_HANDLER_FLAGS, "--header", "--http-protocol", "--service", "--grpc-mode", "--target",
+                    "--ip-family"})
 _USAGE = (f"use {MARKER} ROLE '{{\"httpGet\":{{...}}}}' or {MARKER} ROLE --http-get|--tcp|--grpc ...; "
           f"ROLE is one of {', '.join(ROLES)}")
 
@@ -143,11 +145,11 @@ def parse_command(cmd: Sequence[str], *, ports: Sequence[spec_pb.ContainerPort],
     if rest[0].lstrip()[:1] in ("{", "["):
         spec = _json_handler(rest[0], role, ports)
         flags = _flags(rest[1:])
-        if handler_flags := [name for name in (*_HANDLER_FLAGS, "--header", "--service", "--grpc-mode")
-                             if name in flags]:
+        if handler_flags := [name for name in (*_HANDLER_FLAGS, "--header", "--http-protocol", "--service",
+                                               "--grpc-mode") if name in flags]:
             raise BadArguments([f"{handler_flags[0]}: Forbidden: the JSON argument gives the handler whole "
-                                "(headers in httpGet.httpHeaders, the service in grpc.service, the mode in "
-                                "grpc.mode)"])
+                                "(headers in httpGet.httpHeaders, the protocol in httpGet.protocol, the service "
+                                "in grpc.service, the mode in grpc.mode)"])
     else:
         flags = _flags(rest)
         spec = _flag_handler(flags, role)
@@ -228,8 +230,9 @@ def _flag_handler(flags: dict[str, list[str]], role: str) -> spec_pb.ProbeSpec:
     if len(given) != 1:
         raise BadArguments([f"handler: Required value: exactly one of {', '.join(_HANDLER_FLAGS)} ({_USAGE})"])
     name, value = given[0], flags[given[0]][0]
-    if "--header" in flags and name != "--http-get":
-        raise BadArguments(["--header: Forbidden: only with --http-get"])
+    for http_only in ("--header", "--http-protocol"):
+        if http_only in flags and name != "--http-get":
+            raise BadArguments([f"{http_only}: Forbidden: only with --http-get"])
     for grpc_only in ("--service", "--grpc-mode"):
         if grpc_only in flags and name != "--grpc":
             raise BadArguments([f"{grpc_only}: Forbidden: only with --grpc"])
@@ -238,7 +241,8 @@ def _flag_handler(flags: dict[str, list[str]], role: str) -> spec_pb.ProbeSpec:
     spec = spec_pb.ProbeSpec()
     try:
         if name == "--http-get":
-            spec.http_get.CopyFrom(specs.http_get_action(value, flags.get("--header", ())))
+            spec.http_get.CopyFrom(specs.http_get_action(value, flags.get("--header", ()),
+                                                         flags.get("--http-protocol", [None])[0]))
         elif name == "--tcp":
             spec.tcp_socket.CopyFrom(specs.tcp_socket_action(value))
         else:

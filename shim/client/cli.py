@@ -105,6 +105,9 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
     group.add_argument("--grpc", metavar="PORT", help="a gRPC health probe")
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="HTTP request header, repeatable (with --http-get)")
+    parser.add_argument("--http-protocol", choices=tuple(specs.HTTP_PROTOCOLS),
+                        help="with --http-get: HTTP1 (default; HTTPS may negotiate HTTP/2) or HTTP2: "
+                             "HTTP/2 cleartext with prior knowledge, h2c (KEP-5999)")
     parser.add_argument("--service", help="gRPC health service name (with --grpc)")
     parser.add_argument("--grpc-mode", choices=tuple(specs.GRPC_MODES),
                         help="with --grpc: Plaintext (default) or TLS, without certificate verification (KEP-4939)")
@@ -243,13 +246,15 @@ def _bar() -> str:
 def _spec(args) -> spec_pb.ProbeSpec:
     if args.header and args.http_get is None:
         raise UsageError("--header goes with --http-get")
+    if args.http_protocol is not None and args.http_get is None:
+        raise UsageError("--http-protocol goes with --http-get")
     if args.service is not None and args.grpc is None:
         raise UsageError("--service goes with --grpc")
     if args.grpc_mode is not None and args.grpc is None:
         raise UsageError("--grpc-mode goes with --grpc")
     spec = spec_pb.ProbeSpec()
     if args.http_get is not None:
-        spec.http_get.CopyFrom(specs.http_get_action(args.http_get, args.header))
+        spec.http_get.CopyFrom(specs.http_get_action(args.http_get, args.header, args.http_protocol))
     elif args.tcp is not None:
         spec.tcp_socket.CopyFrom(specs.tcp_socket_action(args.tcp))
     else:

@@ -28,7 +28,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
 from probe_api.validation import OMIT_VALUE, FieldError, PrintedValue, port_name_errors, probe_errors
-from shim.client.specs import GRPC_MODES
+from shim.client.specs import GRPC_MODES, HTTP_PROTOCOLS
 
 PROBE_FIELDS = (("livenessProbe", spec_pb.LIVENESS), ("readinessProbe", spec_pb.READINESS),
                 ("startupProbe", spec_pb.STARTUP))
@@ -47,7 +47,7 @@ POD_SPEC_PATHS = {
 # a typo such as `httpget` would otherwise silently leave a probe without a handler.
 _PROBE_KEYS = {"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
                "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
-_HANDLER_KEYS = {"httpGet": {"path", "port", "host", "scheme", "httpHeaders"}, "tcpSocket": {"port", "host"},
+_HANDLER_KEYS = {"httpGet": {"path", "port", "host", "scheme", "httpHeaders", "protocol"}, "tcpSocket": {"port", "host"},
                  "grpc": {"port", "service", "mode"}, "exec": {"command"}}
 _SCHEMES = {"HTTP": spec_pb.HTTP, "HTTPS": spec_pb.HTTPS}  # case-sensitive, like the API
 
@@ -282,6 +282,11 @@ def _http_get(action: object, path: str, ports: Sequence[spec_pb.ContainerPort])
         port=_port(body.get("port"), f"{path}.port", ports),
         host=_string(body.get("host"), f"{path}.host"),
         scheme=_SCHEMES.get(scheme, spec_pb.HTTP))
+    protocol = body.get("protocol")
+    if protocol is not None and protocol not in HTTP_PROTOCOLS:  # validateHTTPGetAction (1.37): NotSupported
+        raise InvalidField(f"{path}.protocol: Unsupported value: {shown(protocol)}: supported values: "
+                           f"{', '.join(go_quote(p) for p in HTTP_PROTOCOLS)}")
+    out.protocol = HTTP_PROTOCOLS.get(protocol, spec_pb.HTTP1)
     headers = body.get("httpHeaders") or []
     if not isinstance(headers, list):
         raise InvalidField(f"{path}.httpHeaders: Invalid value: {shown(headers)}: must be a list")

@@ -157,7 +157,8 @@ def handler_text(spec: spec_pb.ProbeSpec) -> str:
     if spec.HasField("http_get"):
         action = spec.http_get
         scheme = spec_pb.URIScheme.Name(action.scheme).lower()
-        return f"http-get {scheme}://{_host_port(action.host, _port(action.port))}{action.path or '/'}"
+        h2c = " (h2c)" if action.protocol == spec_pb.HTTP2 else ""
+        return f"http-get {scheme}://{_host_port(action.host, _port(action.port))}{action.path or '/'}{h2c}"
     if spec.HasField("tcp_socket"):
         return f"tcp-socket {_host_port(spec.tcp_socket.host, _port(spec.tcp_socket.port))}"
     if spec.HasField("grpc"):

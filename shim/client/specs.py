@@ -25,6 +25,7 @@ PROBE_TYPES = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS, "st
 TARGETS = {"pod-ip": spec_pb.POD_IP, "loopback": spec_pb.LOOPBACK}
 IP_FAMILIES = {"primary": spec_pb.PRIMARY, "ipv4": spec_pb.IPV4, "ipv6": spec_pb.IPV6, "any": spec_pb.ANY}
 SCHEMES = {"http": spec_pb.HTTP, "https": spec_pb.HTTPS}
+HTTP_PROTOCOLS = {"HTTP1": spec_pb.HTTP1, "HTTP2": spec_pb.HTTP2}  # core/v1 HTTPProtocol (KEP-5999)
 GRPC_MODES = {"Plaintext": spec_pb.PLAINTEXT, "TLS": spec_pb.TLS}  # core/v1 GRPCProbeMode, as the API spells them
 
 # time.ParseDuration's units, in nanoseconds (both spellings of micro, as Go accepts them).
@@ -85,11 +86,12 @@ def _is_go_duration(text: str) -> bool:
     return position > 0
 
 
-def http_get_action(target: str, headers: Sequence[str] = ()) -> spec_pb.HTTPGetAction:
+def http_get_action(target: str, headers: Sequence[str] = (), protocol: str | None = None) -> spec_pb.HTTPGetAction:
     """`[SCHEME://][HOST:]PORT[/PATH[?QUERY]]` and `Name: value` headers -> HTTPGetAction.
 
     The scheme is http or https (any case), the port a number or a container port name, the path "/" when
-    omitted; path and query are kept verbatim (the worker sends them as written, like the kubelet).
+    omitted; path and query are kept verbatim (the worker sends them as written, like the kubelet). protocol is
+    httpGet.protocol's value, HTTP1 (the default) or HTTP2 (h2c, KEP-5999).
     """
     flag = "--http-get"
     rest = target.strip()
@@ -105,6 +107,11 @@ def http_get_action(target: str, headers: Sequence[str] = ()) -> spec_pb.HTTPGet
         path = "/" + path
     host, port = _host_port(host_port, flag, target)
     action = spec_pb.HTTPGetAction(path=path or "/", port=port, host=host, scheme=scheme)
+    if protocol is not None:
+        if protocol not in HTTP_PROTOCOLS:
+            raise SpecError(f"--http-protocol {go_quote(protocol)}: supported values: "
+                            f"{', '.join(go_quote(p) for p in HTTP_PROTOCOLS)}")
+        action.protocol = HTTP_PROTOCOLS[protocol]
     for header in headers:
         name, value = parse_header(header)
         action.http_headers.add(name=name, value=value)
