@@ -178,6 +178,17 @@ PROBE_TRANSPORT = Transport(disable_keep_alives=True, disable_compression=True)
 LIFECYCLE_TRANSPORT = Transport(disable_keep_alives=False, disable_compression=False)
 
 
+@dataclass
+class ResponseHead:
+    """What the prober needs of a response head, whichever HTTP version carried it."""
+
+    status: int
+    location: str | None = None
+    content_length: int | None = None   # None: unknown (chunked, until close, or not given)
+    framed: bool = True                  # False: h11 could not parse it; there is no body to read
+    content_encoding: str = ""           # the first Content-Encoding
+
+
 @dataclass(frozen=True)
 class WireRequest:
     """The request head exactly as Go's Request.write emits it."""
@@ -264,7 +275,7 @@ def dial_address(url: GoURL) -> tuple[str, int] | str:
     return hostname, port
 
 
-def _request_header(request: ProbeRequest) -> Header:
+def request_header(request: ProbeRequest) -> Header:
     """Client.send: credentials in the URL become Basic auth unless Authorization is set."""
     header = request.header
     user = request.url.user
@@ -281,9 +292,9 @@ def wire_request(request: ProbeRequest, transport: Transport = PROBE_TRANSPORT) 
     A probe ends with `Connection: close`, a lifecycle hook with `Accept-Encoding: gzip`
     (see `transport_headers`).
     """
-    header = _request_header(request)
-    host = _punycode_host_port(request.host or request.url.host)
-    if any(c not in _VALID_HOST_CHARS for c in host):
+    header = request_header(request)
+    host = punycode_host_port(request.host or request.url.host)
+    if not valid_host_header(host):
         host = ""  # Go sends an empty Host rather than an invalid one (request smuggling guard)
     lines: list[tuple[str, str]] = [("Host", _remove_zone(host))]
 
@@ -298,6 +309,11 @@ def wire_request(request: ProbeRequest, transport: Transport = PROBE_TRANSPORT) 
 
     lines.extend(transport_headers(header, transport))
     return WireRequest(target=request.url.request_uri(), headers=tuple(lines))
+
+
+def valid_host_header(host: str) -> bool:
+    """httpguts.ValidHostHeader."""
+    return all(c in _VALID_HOST_CHARS for c in host)
 
 
 def adds_gzip(header: Header, transport: Transport) -> bool:
@@ -335,7 +351,7 @@ def transport_headers(header: Header, transport: Transport) -> list[tuple[str, s
     return extra
 
 
-def _punycode_host_port(value: str) -> str:
+def punycode_host_port(value: str) -> str:
     """httpguts.PunycodeHostPort with idna's Punycode profile (labels converted as is)."""
     if value.isascii():
         return value

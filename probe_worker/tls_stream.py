@@ -22,15 +22,16 @@ RECV_SIZE = 64 * 1024
 def default_tls_context(alpn: bool = True) -> ssl.SSLContext:
     """The kubelet's client TLS: InsecureSkipVerify, TLS >= 1.2 (Go's client minimum).
 
-    alpn=False is the lifecycle client's: a plain http.Transport given a TLSClientConfig
-    does not attempt HTTP/2, so its ClientHello offers no ALPN at all.
+    The probe client offers h2 and http/1.1 (utilnet.SetTransportDefaults configures HTTP/2 on its transport);
+    alpn=False is the lifecycle client's: a plain http.Transport given a TLSClientConfig does not attempt
+    HTTP/2, so its ClientHello offers no ALPN at all.
     """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if alpn:
-        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx
 
 
@@ -98,6 +99,11 @@ class Stream:
         await self._flush()
         self.tls = tls
         return tls.version() or ""
+
+    @property
+    def alpn(self) -> str | None:
+        """The protocol the server picked by ALPN (None: plain TCP, or no ALPN)."""
+        return self.tls.selected_alpn_protocol() if self.tls is not None else None
 
     async def send(self, data: bytes) -> None:
         if self.tls is None:

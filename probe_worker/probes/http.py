@@ -2,8 +2,11 @@
 
 One attempt is one Go `client.Do`: a request, then every same-hostname redirect,
 each over a new connection (the kubelet disables keep-alives), all bounded by
-ctx.deadline. Framing is h11's; the connection, with its TLS over memory buffers,
-is probe_worker/tls_stream.py's.
+ctx.deadline. HTTP/1.1 framing is h11's; HTTP/2 (an HTTPS server that picks h2 by
+ALPN, or `protocol: HTTP2`, h2c with prior knowledge) is probe_worker/http2_exchange.py's,
+behind the same exchange interface, and a request the HTTP/2 server refused goes
+again over a new connection, as Go's client sends it. The connection, with its TLS
+over memory buffers, is probe_worker/tls_stream.py's.
 
 With ctx.lifecycle_hook it is the kubelet's runHTTPHandler instead: the request
 goes out as the lifecycle client sends it (no `Connection: close`, `Accept-Encoding:
@@ -36,17 +39,12 @@ from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Out
 from probe_worker.connect import ConnectError, connect
 from probe_api.gostrings import go_quote, is_ip_literal
 from probe_worker.http_rules import ProbeRequest
+from probe_worker.http2_exchange import H2Exchange, RetryOnNewConnection
 from probe_worker.http_url import URLError
 from probe_worker.tls_stream import DEFAULT_TLS, LIFECYCLE_TLS, RECV_SIZE, Stream, StreamError
 from probe_worker.trace import PhaseRecord
 
-@dataclass
-class _Head:
-    status: int
-    location: str | None = None
-    content_length: int | None = None   # None: unknown (chunked or until close)
-    framed: bool = True                  # False: h11 could not parse it; there is no body to read
-    content_encoding: str = ""           # the first Content-Encoding
+_Head = rules.ResponseHead
 
 
 class _Exchange:
@@ -276,17 +274,25 @@ class _Hop:
     outcome: Outcome | None = None
     follow: ProbeRequest | None = None
     keep_alive: bool = False     # the connection may carry the next request
+    retry: bool = False          # the HTTP/2 server refused it unanswered: the same request, on a new connection
+
+
+# New connections for one request whose HTTP/2 server keeps refusing it. Go's client dials again until the
+# deadline; past this many, the attempt waits for its deadline instead (same outcome, no busy loop).
+MAX_H2_RETRIES = 16
 
 
 class _Attempt:
     """One Go client.Do: the request and its followed redirects."""
 
     def __init__(
-        self, endpoint: Endpoint, ctx: AttemptContext, idle: dict[tuple[str, int], Stream] | None = None
+        self, endpoint: Endpoint, ctx: AttemptContext, idle: dict[tuple[str, int], Stream] | None = None,
+        h2c: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.ctx = ctx
         self.hook = ctx.lifecycle_hook
+        self.h2c = h2c  # httpGet.protocol HTTP2: http:// requests go as HTTP/2 with prior knowledge
         self.transport = _transport(ctx)
         # Connections left reusable, by Go's connectMethodKey (scheme and port: the hostname never changes).
         self.idle: dict[tuple[str, int], Stream] = {} if idle is None else idle
@@ -352,22 +358,32 @@ class _Attempt:
                 return hop
             # The server had closed it before answering: Go's transport sends a GET again over a
             # new connection (persistConn.shouldRetryRequest on a reused connection).
-        try:
-            sock, self.address = await connect(endpoint, ctx)
-        except ConnectError as exc:
-            return self.fail(request, rules.awaiting_headers(str(exc)) if exc.timed_out else str(exc))
-        if self.first is None:
-            if _is_ip_literal(self.endpoint.host):
-                # Several pod IPs may race (ip_family ANY): the URL and Host name the
-                # one that answered, and redirects go back to that one.
-                ip = self.address.rsplit(":", 1)[0].strip("[]")
-                self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
-                prepared = prepared.retarget(ip)
-                request = prepared.request
-            self.first = request
-        hop = await self.exchange(Stream(sock, self.address), prepared, ctx, key)
-        assert hop is not None
-        return hop
+        retries = 0
+        while True:
+            try:
+                sock, self.address = await connect(endpoint, ctx)
+            except ConnectError as exc:
+                return self.fail(request, rules.awaiting_headers(str(exc)) if exc.timed_out else str(exc))
+            if self.first is None:
+                if _is_ip_literal(self.endpoint.host):
+                    # Several pod IPs may race (ip_family ANY): the URL and Host name the
+                    # one that answered, and redirects go back to that one.
+                    ip = self.address.rsplit(":", 1)[0].strip("[]")
+                    self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
+                    prepared = prepared.retarget(ip)
+                    request = prepared.request
+                self.first = request
+            hop = await self.exchange(Stream(sock, self.address), prepared, ctx, key)
+            assert hop is not None
+            if not hop.retry:
+                return hop
+            retries += 1
+            loop = asyncio.get_running_loop()
+            if retries > MAX_H2_RETRIES:
+                await asyncio.sleep(max(0.0, ctx.deadline - loop.time()))
+            if loop.time() >= ctx.deadline:
+                return self.fail(request, rules.TIMEOUT_AWAITING_HEADERS)
+            endpoint = dataclasses.replace(self.endpoint, port=endpoint.port)  # the pod IP that answered
 
     async def exchange(
         self, stream: Stream, prepared: _Prepared, ctx: AttemptContext, key: tuple[str, int], reused: bool = False
@@ -390,7 +406,7 @@ class _Attempt:
         self, stream: Stream, prepared: _Prepared, ctx: AttemptContext, reused: bool
     ) -> _Hop | None:
         request = prepared.request
-        exchange = _Exchange(stream)
+        exchange: _Exchange | H2Exchange = _Exchange(stream)
         trace = ctx.trace
         try:
             async with asyncio.timeout_at(ctx.deadline):
@@ -398,7 +414,14 @@ class _Attempt:
                     hostname = request.url.hostname()
                     with trace.phase("tls", hostname) as phase:
                         phase.detail = await stream.start_tls(self.tls, None if is_ip_literal(hostname) else hostname)
-                with trace.phase("request", prepared.wire.request_line):
+                    if stream.alpn == "h2":
+                        exchange = H2Exchange(stream)
+                elif request.url.scheme == "http" and self.h2c:
+                    exchange = H2Exchange(stream)
+                request_line = prepared.wire.request_line
+                if isinstance(exchange, H2Exchange):
+                    request_line = f"GET {prepared.wire.target} HTTP/2.0"
+                with trace.phase("request", request_line):
                     await exchange.send_request(prepared)
                 with trace.phase("processing") as processing:
                     await exchange.wait_first_byte()
@@ -424,6 +447,9 @@ class _Attempt:
         except TimeoutError:
             transfer.error = rules.TIMEOUT_AWAITING_HEADERS
             return self.fail(request, transfer.error)
+        except RetryOnNewConnection as exc:
+            transfer.error = str(exc)
+            return _Hop(retry=True)
         except StreamError as exc:
             transfer.error = str(exc)
             return self.fail(request, transfer.error)
@@ -475,7 +501,8 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
     first = _prepare(scheme, endpoint.host, endpoint.port, action.path, headers, ctx.user_agent, _transport(ctx))
     if isinstance(first, URLError):
         return Outcome(UNKNOWN, f"cannot build the probe request: {first}")
-    attempt = _Attempt(endpoint, ctx)
+    # An h2c probe's hooks have no such field: a lifecycle hook stays HTTP/1.1 (its client is not the prober's).
+    attempt = _Attempt(endpoint, ctx, h2c=action.protocol == spec_pb.HTTP2 and not ctx.lifecycle_hook)
     try:
         outcome = await attempt.run(first)
         if ctx.lifecycle_hook:
