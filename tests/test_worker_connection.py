@@ -15,25 +15,25 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import FrameDecoder, encode
 from shim.worker_connection import WorkerConnection
 
-async def _connected(seen: list[str]) -> tuple[WorkerConnection, socket.socket]:
+async def _resume_sent(seen: list[str], on_reply) -> tuple[WorkerConnection, asyncio.Future, int, socket.socket]:
+    """A connection past the worker's Ready, with a Resume sent: (conn, its reply, its seq, the worker's end)."""
     ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
     loop = asyncio.get_running_loop()
     conn = WorkerConnection(lambda event: seen.append(event.WhichOneof("msg")))
     await loop.connect_accepted_socket(lambda: conn, sock=ours)
     theirs.sendall(encode(worker_pb.WorkerEvent(ready=worker_pb.Ready(pid=1))))
     await conn.first
-    return conn, theirs
+    reply = conn.submit(on_reply=on_reply, resume=worker_pb.Resume())
+    (frame,) = FrameDecoder().feed(await loop.sock_recv(theirs, 65536))
+    return conn, reply, worker_pb.WorkerRequest.FromString(frame).seq, theirs
 
 
-async def _request_seq(theirs: socket.socket) -> int:
-    data = await asyncio.get_running_loop().sock_recv(theirs, 65536)
-    (frame,) = FrameDecoder().feed(data)
-    return worker_pb.WorkerRequest.FromString(frame).seq
-
-
-def _attempt() -> worker_pb.WorkerEvent:
-    return worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
+def _snapshot_then_attempt(seq: int) -> bytes:
+    """The reply and the worker's next attempt, in one write: they arrive in one read."""
+    attempt = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
         probe_id="p", attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS)))
+    return encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(attempt)
 
 
 def test_a_reply_is_taken_before_the_events_the_worker_sent_after_it():
@@ -44,21 +44,15 @@ async def _reply_before_later_events():
     # The race a restart met: the Snapshot and the next attempt arrive in one read; the attempt was counted, then
     # the Snapshot's totals (without it) written over it, once the coroutine awaiting the reply ran.
     seen: list[str] = []
-    theirs = None
+    conn, reply, seq, theirs = await _resume_sent(seen, lambda event: seen.append("on_reply " + event.WhichOneof("msg")))
     try:
-        conn, theirs = await _connected(seen)
-        theirs.setblocking(False)
-        reply = conn.submit(on_reply=lambda event: seen.append("on_reply " + event.WhichOneof("msg")),
-                            resume=worker_pb.Resume())
-        seq = await _request_seq(theirs)
-        theirs.sendall(encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(_attempt()))
+        theirs.sendall(_snapshot_then_attempt(seq))
         answered = await conn.reply(reply, 5)
         seen.append("awaited")
         assert answered.WhichOneof("msg") == "snapshot"
         assert seen == ["on_reply snapshot", "attempt", "awaited"]
     finally:
-        if theirs is not None:
-            theirs.close()
+        theirs.close()
 
 
 def test_a_reply_after_its_request_timed_out_runs_nothing():
@@ -67,18 +61,13 @@ def test_a_reply_after_its_request_timed_out_runs_nothing():
 
 async def _late_reply():
     seen: list[str] = []
-    theirs = None
+    conn, reply, seq, theirs = await _resume_sent(seen, lambda event: seen.append("on_reply"))
     try:
-        conn, theirs = await _connected(seen)
-        theirs.setblocking(False)
-        reply = conn.submit(on_reply=lambda event: seen.append("on_reply"), resume=worker_pb.Resume())
-        seq = await _request_seq(theirs)
         with pytest.raises(TimeoutError):
             await conn.reply(reply, 0.01)
-        theirs.sendall(encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(_attempt()))
+        theirs.sendall(_snapshot_then_attempt(seq))
         while "attempt" not in seen:  # the attempt behind the late reply is the event to wait for
             await asyncio.sleep(0)
         assert seen == ["attempt"]
     finally:
-        if theirs is not None:
-            theirs.close()
+        theirs.close()

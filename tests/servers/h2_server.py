@@ -38,7 +38,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import urllib.parse
 
 import h2.config
@@ -49,21 +48,10 @@ import h2.exceptions
 import ssl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from tests.servers.http_server import make_self_signed  # noqa: E402
+from tests.servers.http_server import server_tls_context  # noqa: E402
 from tests.servers.serving import announce_and_wait, listening_socket  # noqa: E402
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def tls_context(protocols: list[str]) -> ssl.SSLContext | None:
-    with tempfile.TemporaryDirectory() as directory:
-        files = make_self_signed(directory)
-        if files is None:
-            return None
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(*files)
-    ctx.set_alpn_protocols(protocols)
-    return ctx
 
 
 class Server:
@@ -200,7 +188,7 @@ class Server:
 async def main_async(args: argparse.Namespace) -> int:
     tls = None
     if args.mode != "h2c":
-        tls = tls_context(["h2"] if args.mode == "h2" else ["h2", "http/1.1"])
+        tls = server_tls_context(("h2",) if args.mode == "h2" else ("h2", "http/1.1"))
         if tls is None:
             print("NO-TLS neither the cryptography package nor the openssl CLI is available", flush=True)
             return 3

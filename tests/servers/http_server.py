@@ -98,14 +98,15 @@ def make_self_signed(directory: str) -> tuple[str, str] | None:
     return cert, key
 
 
-def server_tls_context() -> ssl.SSLContext | None:
+def server_tls_context(alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext | None:
+    """A self-signed server context offering `alpn`; None when no certificate can be made here."""
     with tempfile.TemporaryDirectory() as directory:
         files = make_self_signed(directory)
         if files is None:
             return None
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(*files)
-    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.set_alpn_protocols(list(alpn))
     return ctx
 
 
