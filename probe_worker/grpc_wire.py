@@ -8,7 +8,7 @@ the answer comes back; a GOAWAY closes. `Request` holds what never changes for
 a given target, user agent and service (frames by hyperframe, the header block
 by hpack from an empty table, as every new connection's is): only grpc-timeout
 is encoded per call. `Connection` turns the server's bytes into input for
-grpc_rules.UnaryCall: frames split by h2's FrameBuffer, header blocks decoded
+grpc_rules.UnaryCall: frames split by h2's FrameBuffer (lengths judged early), header blocks decoded
 by hpack, SETTINGS values checked by h2.settings.
 
 h2's H2Connection did all of this before, but for a one-call connection its
@@ -146,6 +146,18 @@ def protocol_error(code: int) -> rules.RpcError:
 _MALFORMED = (h2.exceptions.H2Error, hyperframe.exceptions.HyperframeError)
 
 
+class EagerFrameBuffer(h2.frame_buffer.FrameBuffer):
+    """h2's FrameBuffer, which judges a frame's length only once the whole frame is buffered (up to 16 MiB from a
+    hostile server): here the header alone decides, as Go's framer does, before any payload is waited for."""
+
+    def __next__(self) -> frames.Frame:
+        header = self._data[:3]  # h2 4.x keeps the unparsed bytes here (tests/test_grpc_wire pins it)
+        if len(header) == 3 and int.from_bytes(header, "big") > self.max_frame_size:
+            raise h2.exceptions.FrameTooLargeError(
+                f"Received overlong frame: length {int.from_bytes(header, 'big')}, max {self.max_frame_size}")
+        return super().__next__()
+
+
 @dataclass
 class Connection:
     """The client side of a one-call connection after our OPENING went out.
@@ -169,7 +181,7 @@ class Connection:
     _connection_window: int = DEFAULT_WINDOW
     _stream_window: int = DEFAULT_WINDOW
     _response_started: bool = False   # a final (non-1xx) HEADERS block arrived on our stream
-    _frames: h2.frame_buffer.FrameBuffer = field(default_factory=h2.frame_buffer.FrameBuffer)
+    _frames: h2.frame_buffer.FrameBuffer = field(default_factory=EagerFrameBuffer)
     _decoder: hpack.Decoder = field(default_factory=hpack.Decoder)
 
     def __post_init__(self) -> None:

@@ -248,3 +248,12 @@ def test_broken_bytes_are_connection_errors(data, message):
     with pytest.raises(wire.ConnectionFailed) as failed:
         client.receive(data, SECOND)
     assert failed.value.error.message == message
+
+
+def test_an_oversized_frame_is_refused_from_its_header_alone():
+    # A hostile server announces a 16 MiB frame: refused as soon as its 9-byte header is in, before any payload
+    # (h2's own FrameBuffer would wait to buffer all of it; this pins where h2 4.x keeps its unparsed bytes).
+    client, _ = ready_client()
+    with pytest.raises(wire.ConnectionFailed) as failed:
+        client.receive(b"\xff\xff\xff\x00\x00\x00\x00\x00\x01", SECOND)
+    assert failed.value.error.message == "error reading from server: connection error: FRAME_SIZE_ERROR"
