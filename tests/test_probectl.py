@@ -218,6 +218,26 @@ def test_exec_json_and_exit_codes(probectl, pod_netns, servers):
     assert named.rc == 0
 
 
+def test_exec_and_run_h2c_through_the_daemon(probectl, pod_netns):
+    # httpGet.protocol HTTP2 (1.37, KEP-5999) from the flag to the worker: HTTP/2 with prior knowledge.
+    port = pod_netns.spawn_python("h2_server.py", "--mode", "h2c").port
+    result = probectl("exec", "--pod", pod_netns.name, "--http-get", f":{port}/echo", "--http-protocol", "HTTP2",
+                      "-o", "json")
+    assert result.rc == 0, result
+    attempt = json.loads(result.out)["attempt"]
+    assert json.loads(attempt["output"])["protocol"] == "h2"
+    assert "GET /echo HTTP/2.0" in [phase.get("detail") for phase in attempt["phases"]]
+    run = probectl("run", "--pod", pod_netns.name, "--container", "web", "--type", "readiness", "--http-get",
+                   f":{port}/ok", "--http-protocol", "HTTP2")
+    assert run.rc == 0, run
+    assert f"http://:{port}/ok (h2c)" in probectl("ps", "--pod", pod_netns.name).out
+    # validateHTTPGetAction: HTTP2 with scheme HTTPS is refused by the daemon, with the field's path.
+    refused = probectl("run", "--pod", pod_netns.name, "--container", "web", "--type", "liveness", "--http-get",
+                       f"https://:{port}/ok", "--http-protocol", "HTTP2")
+    assert_one_line_error(refused, 1, 'http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with '
+                                      "scheme HTTPS")
+
+
 def test_exit_code_2_when_nobody_serves_the_socket(tmp_path):
     result = probectl_process("-r", f"unix://{tmp_path}/nobody.sock", "exec", "--pod", "x", "--tcp", "80")
     assert_one_line_error(result, 2, f"unix://{tmp_path}/nobody.sock", "probe-shim serve")
