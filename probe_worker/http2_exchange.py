@@ -77,6 +77,7 @@ class H2Exchange:
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = MAX_HEAD_BYTES
         self._settings_seen = False
+        self._stream_heard = False      # a header block (or any end) of our stream came
         self._out: list[bytes] = []
         self._head: ResponseHead | None = None
         self._body = bytearray()        # DATA received and not handed to the reader yet
@@ -95,7 +96,10 @@ class H2Exchange:
     # --- the response ---------------------------------------------------------------------------------------
 
     async def wait_first_byte(self) -> None:
-        await self._receive()
+        """Until the response starts (a header block on the stream) or the stream cannot go on: the server's
+        SETTINGS and other connection frames come first and are not the response."""
+        while not self._stream_heard and self._error is None and self._retry is None:
+            await self._receive()
 
     async def read_head(self) -> ResponseHead:
         while self._head is None:
@@ -253,6 +257,7 @@ class H2Exchange:
         self._on_headers(fields, end_stream)
 
     def _on_headers(self, fields: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        self._stream_heard = True
         if self._ended or self._error is not None or self._retry is not None:
             return
         if self._head is not None:  # trailers: they must end the stream
