@@ -186,6 +186,13 @@ def test_body_errors_are_the_bare_go_error(pod, path, error):
     assert (attempt.result, attempt.output) == (UNKNOWN, error)
 
 
+def test_a_body_past_the_timeout_is_the_client_timeout_text(pod):
+    # The head came; the body never ends: Client.Timeout cancels the body read (cancelTimerBody's wording).
+    attempt = pod.probe("h2", "/trickle", timeout_ms=300)
+    assert (attempt.result, attempt.output) == (
+        UNKNOWN, "context deadline exceeded (Client.Timeout or context cancellation while reading body)")
+
+
 def test_a_server_that_never_answers_or_always_refuses_ends_at_the_timeout(pod):
     timeout = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
     for path in ("/hang", "/goaway?last=0&code=0"):  # a graceful GOAWAY is retried on new connections

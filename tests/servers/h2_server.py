@@ -23,6 +23,7 @@ Routes (query parameters in brackets):
   /goaway-late   GOAWAY(1, NO_ERROR) (the stream is spared), then a close without answering it
   /cut-body      200 with content-length 100, 10 bytes, then the connection closes
   /long-body     200 with content-length 5, then 10 bytes
+  /trickle       200 with content-length 100, 10 bytes, then nothing more
   /no-status     a response header block without :status
   /bad-status    :status "abc"
   /upper         a response with an upper-case header name
@@ -165,6 +166,8 @@ class Server:
         elif route == "/cut-body":
             answer(200, b"x" * 10, length=100, end=False)
             return "close"
+        elif route == "/trickle":
+            answer(200, b"x" * 10, length=100, end=False)
         elif route == "/long-body":
             answer(200, b"x" * 10, length=5)
         elif route == "/no-status":
