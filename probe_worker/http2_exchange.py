@@ -67,8 +67,7 @@ class H2Exchange:
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.received = 0
-        self.eof = False
+        self.eof = False  # the exchange interface's; never read for HTTP/2 (only a reused connection's is)
         self.complete = False  # a single-use connection is never left for another request
         self._buffer = bytearray()      # received, not yet a whole frame
         self._block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
@@ -77,7 +76,7 @@ class H2Exchange:
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = MAX_HEAD_BYTES
         self._settings_seen = False
-        self._stream_heard = False      # a header block (or any end) of our stream came
+        self._stream_heard = False      # a header block of our stream came (the response has started)
         self._out: list[bytes] = []
         self._head: ResponseHead | None = None
         self._body = bytearray()        # DATA received and not handed to the reader yet
@@ -147,7 +146,6 @@ class H2Exchange:
             self.eof = True
             self._connection_ended(rules.UNEXPECTED_EOF)
             return
-        self.received += len(data)
         self._buffer += data
         try:
             self._split_frames()
@@ -245,12 +243,12 @@ class H2Exchange:
             debug = self._goaway[2]
         self._goaway = (frame.last_stream_id, code, debug)
         if frame.last_stream_id < STREAM_ID and not self._ended and self._error is None:
-            if rules.retried(goaway_code=frame.error_code) and self._head is None:
-                self._retry = rules.GRACEFUL_GOAWAY
-            elif rules.retried(goaway_code=frame.error_code):
-                self._error = rules.GRACEFUL_GOAWAY
-            else:
+            if not rules.retried(goaway_code=frame.error_code):
                 self._error = rules.goaway_refused(frame.error_code)
+            elif self._head is None:
+                self._retry = rules.GRACEFUL_GOAWAY
+            else:  # too late to send it again: the body reader gets the error
+                self._error = rules.GRACEFUL_GOAWAY
 
     def _on_header_block(self, block: bytes, end_stream: bool) -> None:
         fields = self._decoder.decode(block, raw=True)  # decoded whatever the stream's state: one hpack table

@@ -20,6 +20,9 @@ MAX_WRITE_BUFFER = 1 << 20  # requests a worker has not read; beyond this it is 
 REQUEST_TIMEOUT_S = 10.0
 
 
+OnReply = Callable[[worker_pb.WorkerEvent], None]
+
+
 class WorkerUnavailable(Exception):
     """No running worker for the sandbox (failed, restarting, stopped), or it died mid-request."""
 
@@ -32,8 +35,8 @@ class WorkerConnection(asyncio.Protocol):
         self._on_event = on_event
         self._decoder = FrameDecoder()
         self._seq = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[worker_pb.WorkerEvent]] = {}
-        self._in_order: dict[int, Callable[[worker_pb.WorkerEvent], None]] = {}  # see submit(on_reply=)
+        # seq -> the reply's future, and what runs with the reply in stream order (see submit)
+        self._pending: dict[int, tuple[asyncio.Future[worker_pb.WorkerEvent], OnReply | None]] = {}
         self._transport: asyncio.Transport | None = None
         self.first: asyncio.Future[worker_pb.WorkerEvent] = self._loop.create_future()  # Ready or Fatal
         self.lost: asyncio.Future[str] = self._loop.create_future()  # why the connection ended
@@ -68,8 +71,7 @@ class WorkerConnection(asyncio.Protocol):
                 self.fail(f"protocol error: the worker's first frame is {kind}, not ready or fatal")
             return
         if event.seq:
-            reply = self._pending.pop(event.seq, None)
-            on_reply = self._in_order.pop(event.seq, None)
+            reply, on_reply = self._pending.pop(event.seq, (None, None))
             if reply is not None and not reply.done():
                 if on_reply is not None:
                     on_reply(event)
@@ -79,7 +81,7 @@ class WorkerConnection(asyncio.Protocol):
             self._on_event(event)
 
     # requests
-    def submit(self, expect_reply: bool = True, on_reply: Callable[[worker_pb.WorkerEvent], None] | None = None,
+    def submit(self, expect_reply: bool = True, on_reply: OnReply | None = None,
                **msg) -> asyncio.Future[worker_pb.WorkerEvent] | None:
         """Writes one request now (no await: callers rely on the order of writes).
 
@@ -92,9 +94,7 @@ class WorkerConnection(asyncio.Protocol):
         reply = None
         if expect_reply:
             reply = self._loop.create_future()
-            self._pending[seq] = reply
-            if on_reply is not None:
-                self._in_order[seq] = on_reply
+            self._pending[seq] = (reply, on_reply)
         self._transport.write(encode(worker_pb.WorkerRequest(seq=seq, **msg)))
         if self._transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
             self.fail("the worker stopped reading its requests")
@@ -104,13 +104,12 @@ class WorkerConnection(asyncio.Protocol):
         try:
             return await asyncio.wait_for(reply, timeout_s)
         finally:
-            for seq, pending in list(self._pending.items()):
+            for seq, (pending, _) in list(self._pending.items()):
                 if pending is reply:
                     del self._pending[seq]
-                    self._in_order.pop(seq, None)
 
     async def request(self, timeout_s: float = REQUEST_TIMEOUT_S,
-                      on_reply: Callable[[worker_pb.WorkerEvent], None] | None = None,
+                      on_reply: OnReply | None = None,
                       **msg) -> worker_pb.WorkerEvent:
         return await self.reply(self.submit(on_reply=on_reply, **msg), timeout_s)
 
@@ -121,9 +120,8 @@ class WorkerConnection(asyncio.Protocol):
         self.lost.set_result(reason)
         if self._transport is not None:
             self._transport.abort()
-        for reply in self._pending.values():
+        for reply, _ in self._pending.values():
             if not reply.done():
                 reply.set_exception(WorkerUnavailable(f"worker lost: {reason}"))
                 reply.exception()  # a caller that gave up must not leave it "never retrieved"
         self._pending.clear()
-        self._in_order.clear()

@@ -145,8 +145,8 @@ def test_h2c_against_an_http1_server_reads_its_answer_as_a_frame(pod):
 
 @pytest.mark.parametrize("server", ["h2", "h2c"])
 def test_statuses_redirects_and_informational_responses(pod, server):
-    assert (pod.probe(server, "/status/500").result, pod.probe(server, "/status/500").output) == (
-        FAILURE, "HTTP probe failed with statuscode: 500")
+    failed = pod.probe(server, "/status/500")
+    assert (failed.result, failed.output) == (FAILURE, "HTTP probe failed with statuscode: 500")
     assert (pod.probe(server, "/redirect?to=/ok").output, pod.probe(server, "/info").output) == ("ok", "ok")
     big = pod.probe(server, "/big-body")
     assert big.result == SUCCESS and big.output == "x" * 10240  # maxRespBodyLength, as over HTTP/1.1

@@ -229,7 +229,7 @@ async def _handshake(sock: socket.socket, address: str, ctx: AttemptContext) -> 
         try:
             async with asyncio.timeout_at(ctx.deadline):
                 phase.detail = await stream.start_tls(GRPC_TLS, None)
-            if stream.tls.selected_alpn_protocol() != "h2":
+            if stream.alpn != "h2":
                 phase.error = rules.MISSING_ALPN
         except TimeoutError:
             phase.error = "context deadline exceeded"

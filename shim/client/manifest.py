@@ -252,11 +252,7 @@ def handler_spec(body: dict, path: str, ports: Sequence[spec_pb.ContainerPort]) 
         spec.grpc.port = _integer(action.get("port"), f"{where}.port", bits=32, required=True)
         if action.get("service") is not None:
             spec.grpc.service = _string(action["service"], f"{where}.service")
-        mode = action.get("mode")
-        if mode is not None and mode not in GRPC_MODES:  # validateGRPCAction (1.37): NotSupported
-            raise InvalidField(f"{where}.mode: Unsupported value: {shown(mode)}: supported values: "
-                               f"{', '.join(go_quote(m) for m in GRPC_MODES)}")
-        spec.grpc.mode = GRPC_MODES.get(mode, spec_pb.PLAINTEXT)
+        spec.grpc.mode = _choice(action.get("mode"), f"{where}.mode", GRPC_MODES, spec_pb.PLAINTEXT)
     if body.get("exec") is not None:
         where = _join(path, "exec")
         action = _mapping(body["exec"], where, _HANDLER_KEYS["exec"])
@@ -267,26 +263,30 @@ def handler_spec(body: dict, path: str, ports: Sequence[spec_pb.ContainerPort]) 
     return spec
 
 
+def _choice(value: object, path: str, choices: dict[str, int], default: int) -> int:
+    """A string enum as the API spells it (case-sensitive), `default` when absent; any other value is NotSupported,
+    with the supported values, as the API server's validation words it (scheme, httpGet.protocol, grpc.mode)."""
+    if value is None:
+        return default
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidField(f"{path}: Unsupported value: {shown(value)}: supported values: "
+                           f"{', '.join(go_quote(c) for c in choices)}")
+    return choices[value]
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
 def _http_get(action: object, path: str, ports: Sequence[spec_pb.ContainerPort]) -> spec_pb.HTTPGetAction:
     body = _mapping(action, path, _HANDLER_KEYS["httpGet"])
-    scheme = body.get("scheme")
-    if scheme is not None and scheme not in _SCHEMES:
-        raise InvalidField(f"{path}.scheme: Unsupported value: {shown(scheme)}: "
-                       f"supported values: {', '.join(go_quote(s) for s in _SCHEMES)}")
+    scheme = _choice(body.get("scheme"), f"{path}.scheme", _SCHEMES, spec_pb.HTTP)
     out = spec_pb.HTTPGetAction(
         path=_string(body.get("path"), f"{path}.path") or "/",  # SetDefaults_HTTPGetAction
         port=_port(body.get("port"), f"{path}.port", ports),
         host=_string(body.get("host"), f"{path}.host"),
-        scheme=_SCHEMES.get(scheme, spec_pb.HTTP))
-    protocol = body.get("protocol")
-    if protocol is not None and protocol not in HTTP_PROTOCOLS:  # validateHTTPGetAction (1.37): NotSupported
-        raise InvalidField(f"{path}.protocol: Unsupported value: {shown(protocol)}: supported values: "
-                           f"{', '.join(go_quote(p) for p in HTTP_PROTOCOLS)}")
-    out.protocol = HTTP_PROTOCOLS.get(protocol, spec_pb.HTTP1)
+        scheme=scheme,
+        protocol=_choice(body.get("protocol"), f"{path}.protocol", HTTP_PROTOCOLS, spec_pb.HTTP1))
     headers = body.get("httpHeaders") or []
     if not isinstance(headers, list):
         raise InvalidField(f"{path}.httpHeaders: Invalid value: {shown(headers)}: must be a list")

@@ -108,10 +108,7 @@ def http_get_action(target: str, headers: Sequence[str] = (), protocol: str | No
     host, port = _host_port(host_port, flag, target)
     action = spec_pb.HTTPGetAction(path=path or "/", port=port, host=host, scheme=scheme)
     if protocol is not None:
-        if protocol not in HTTP_PROTOCOLS:
-            raise SpecError(f"--http-protocol {go_quote(protocol)}: supported values: "
-                            f"{', '.join(go_quote(p) for p in HTTP_PROTOCOLS)}")
-        action.protocol = HTTP_PROTOCOLS[protocol]
+        action.protocol = _choice("--http-protocol", protocol, HTTP_PROTOCOLS)
     for header in headers:
         name, value = parse_header(header)
         action.http_headers.add(name=name, value=value)
@@ -144,11 +141,15 @@ def grpc_action(port: str, service: str | None = None, mode: str | None = None) 
     if service is not None:
         action.service = service
     if mode is not None:
-        if mode not in GRPC_MODES:
-            raise SpecError(f"--grpc-mode {go_quote(mode)}: supported values: "
-                            f"{', '.join(go_quote(m) for m in GRPC_MODES)}")
-        action.mode = GRPC_MODES[mode]
+        action.mode = _choice("--grpc-mode", mode, GRPC_MODES)
     return action
+
+
+def _choice(flag: str, value: str, choices: dict[str, int]) -> int:
+    """An enum flag spelled as the API spells its values (case-sensitive)."""
+    if value not in choices:
+        raise SpecError(f"{flag} {go_quote(value)}: supported values: {', '.join(go_quote(c) for c in choices)}")
+    return choices[value]
 
 
 def _host_port(text: str, flag: str, whole: str) -> tuple[str, spec_pb.PortRef]:
