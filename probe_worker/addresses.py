@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import Endpoint
 from probe_api.gostrings import is_ip_literal
+from probe_api.pod_loopback import LOCALHOST, loopback_addresses
 
 LOOPBACK = {4: "127.0.0.1", 6: "::1"}
 _FAMILY_NAME = {4: "IPv4", 6: "IPv6"}
@@ -42,7 +43,10 @@ def choose_endpoint(
 
     An explicit host (deprecated Kubernetes field) wins; otherwise the pod IP of the
     wanted family, or loopback when the target is LOOPBACK or the pod has no address.
+    `localhost` is the pod's loopback, never the node's /etc/hosts (probe_api.pod_loopback).
     """
+    if host == LOCALHOST:
+        return Endpoint(host=host, addresses=loopback_addresses(host, ip_family), port=port)
     if host:
         if is_ip_literal(host):
             return Endpoint(host=host, addresses=(host,), port=port)

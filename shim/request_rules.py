@@ -2,7 +2,8 @@
 
 Probe spec rules are the Kubernetes API's (probe_api.validation); this adds the
 request's own fields, their size limits, the daemon's gate on the deprecated `host`
-field, and the bound on how much error text one answer carries.
+field (which lets the pod's own loopback through: probe_api.pod_loopback), and the
+bound on how much error text one answer carries.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.pod_loopback import is_pod_loopback
 from probe_api.validation import FieldError, probe_errors, texts
 
 # Size limits of the request's own fields. A registration is kept in memory, in the
@@ -31,7 +33,8 @@ MAX_ERRORS_BYTES = 4096
 HOST_GATE_DETAIL = (
     "the host field makes the runtime connect to any address the node can reach "
     "(blind SSRF around NetworkPolicy, kubernetes#99425). Probes run inside the pod: leave host "
-    "empty, or set allow_host_field = true in the daemon's config to accept it"
+    "empty for the pod IP, use 127.0.0.1, ::1 or localhost for the pod's own loopback, or set "
+    "allow_host_field = true in the daemon's config to accept it"
 )
 HOST_GATE = f"{FieldError.FORBIDDEN}: {HOST_GATE_DETAIL}"
 
@@ -40,15 +43,20 @@ def host_field_errors(spec: spec_pb.ProbeSpec, allow_host: bool, root: str = "sp
     if allow_host:
         return []
     errors = []
-    if spec.HasField("http_get") and spec.http_get.host:
+    if spec.HasField("http_get") and _gated(spec.http_get.host):
         errors.append(FieldError.forbidden(f"{root}.http_get.host", HOST_GATE_DETAIL))
-    if spec.HasField("tcp_socket") and spec.tcp_socket.host:
+    if spec.HasField("tcp_socket") and _gated(spec.tcp_socket.host):
         errors.append(FieldError.forbidden(f"{root}.tcp_socket.host", HOST_GATE_DETAIL))
     return errors
 
 
 def uses_host_field(spec: spec_pb.ProbeSpec) -> bool:
-    return bool(spec.http_get.host or spec.tcp_socket.host)
+    """A host that leads outside the pod (what allow_host_field lets through, and the daemon logs)."""
+    return _gated(spec.http_get.host) or _gated(spec.tcp_socket.host)
+
+
+def _gated(host: str) -> bool:
+    return bool(host) and not is_pod_loopback(host)
 
 
 def validate_run_probe(req: service_pb.RunProbeRequest, allow_host: bool) -> list[str]:

@@ -83,14 +83,15 @@ class PodNetns:
 
     @property
     def pod_ips(self) -> list[str]:
-        return [self.ipv4, self.ipv6]
+        return [ip for ip in (self.ipv4, self.ipv6) if ip]
 
     @classmethod
-    def create(cls, with_addresses: bool = True, tenancy: str = "") -> "PodNetns":
+    def create(cls, with_addresses: bool = True, tenancy: str = "", ipv4: bool = True) -> "PodNetns":
         """tenancy: a Kubernetes-like namespace the name starts with ("team-a.cps-pod-..."), for the daemon's
-        embedded_namespace_separator = "." """
+        embedded_namespace_separator = "."; ipv4=False: an IPv6-only pod (its loopback still has both)."""
         tag = f"{os.getpid()}-{next(_counter)}"
-        ns = cls(name=f"{tenancy}.cps-pod-{tag}" if tenancy else f"cps-pod-{tag}", peer=f"cps-peer-{tag}")
+        ns = cls(name=f"{tenancy}.cps-pod-{tag}" if tenancy else f"cps-pod-{tag}", peer=f"cps-peer-{tag}",
+                 ipv4=POD_IPV4 if ipv4 else "")
         _ip("netns", "add", ns.name)
         try:
             _ip("netns", "add", ns.peer)
@@ -107,7 +108,8 @@ class PodNetns:
         # Created directly inside the pod netns, so nothing ever appears in the host's.
         _ip("-n", self.name, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{tag}"[:15], "netns", self.peer)
         for ns, dev, v4, v6 in ((self.name, "eth0", self.ipv4, self.ipv6), (self.peer, f"p{tag}"[:15], PEER_IPV4, PEER_IPV6)):
-            _ip("-n", ns, "addr", "add", f"{v4}/24", "dev", dev)
+            if self.ipv4:
+                _ip("-n", ns, "addr", "add", f"{v4}/24", "dev", dev)
             _ip("-n", ns, "addr", "add", f"{v6}/64", "dev", dev, "nodad")
             _ip("-n", ns, "link", "set", dev, "up")
 

@@ -225,6 +225,18 @@ def test_the_host_field_is_gated_as_runprobe_gates_it(args, field, host):
     assert handler.host == host
 
 
+
+@pytest.mark.parametrize("args, host", [
+    (["--tcp", "127.0.0.1:9901"], "127.0.0.1"),
+    (["--http-get", "[::1]:9901/health"], "::1"),
+    (['{"httpGet":{"port":9901,"host":"localhost","path":"/health"}}'], "localhost"),
+    (['{"tcpSocket":{"port":9901,"host":"::1"}}'], "::1"),
+])
+def test_the_pods_own_loopback_needs_no_allow_host(args, host):
+    call = parse("readiness", *args)
+    handler = call.spec.tcp_socket if call.spec.HasField("tcp_socket") else call.spec.http_get
+    assert handler.host == host  # kept as written: the URL and the Host header read as the kubelet's would
+
 @pytest.mark.parametrize("args, error", [
     (["--tcp", "0"], '--tcp "0": port 0 is out of range 1-65535'),
     (["--http-get", ":70000"], '--http-get ":70000": port 70000 is out of range 1-65535'),

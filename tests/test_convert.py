@@ -185,6 +185,37 @@ def test_host_is_refused_with_the_ssrf_explanation_unless_allowed(where, body):
     assert parsed(converted(allowed.text, reverse=True)) == parsed(text)
 
 
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
+def test_the_pods_own_loopback_is_converted_and_restored(host):
+    text = pod(f"readinessProbe: {{httpGet: {{host: '{host}', path: /admin/health, port: 9901}}}}\n"
+               f"lifecycle: {{preStop: {{tcpSocket: {{host: '{host}', port: 9901}}}}}}\n")
+    result = convert(text)
+    assert result.errors == [] and (result.probes, result.hooks) == (1, 1)
+    command = container_of(result.text)["readinessProbe"]["exec"]["command"]
+    assert json.loads(command[2]) == {"httpGet": {"host": host, "path": "/admin/health", "port": 9901}}
+    assert parsed(converted(result.text, reverse=True)) == parsed(text)
+
+
+def test_the_host_message_names_the_pods_loopback():
+    assert "use 127.0.0.1, ::1 or localhost for the pod's own loopback" in HOST_FORBIDDEN
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "LOCALHOST", "0.0.0.0"])
+def test_loopback_like_hosts_outside_the_three_spellings_are_refused(host):
+    result = convert(pod(f"readinessProbe: {{httpGet: {{host: '{host}', port: 80}}}}\n"))
+    assert result.errors == [f"spec.containers[0].readinessProbe.httpGet.host: {HOST_FORBIDDEN}"]
+
+
+def test_a_host_network_pods_loopback_probe_is_left_with_a_note():
+    # There 127.0.0.1 is the node's: the kubelet's own probe already means what it says, and the shim never probes it.
+    text = pod("readinessProbe: {httpGet: {host: 127.0.0.1, port: 9100}}\n", spec_extra="  hostNetwork: true\n")
+    result = convert(text)
+    assert result.errors == [] and result.probes == 0
+    assert result.notes[0] == f"spec.hostNetwork: {HOST_NETWORK_NOTE}"
+    assert "127.0.0.1 is the node's loopback" in HOST_NETWORK_NOTE
+    assert parsed(result.text) == parsed(text)
+
 def test_an_empty_host_is_no_host():
     assert convert(pod('readinessProbe: {httpGet: {host: "", port: 80}}\n')).errors == []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import grpc
 import psutil
@@ -74,6 +75,45 @@ def test_host_field_is_refused_by_default(daemon, pod_netns):
     assert "spec.tcp_socket.host: Forbidden" in err.value.details() and "SSRF" in err.value.details()
 
 
+
+def node_refuses(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on the node's own loopback at this port: what the kubelet's probe would reach."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        return probe.connect_ex((host, port)) != 0
+
+
+def test_the_pods_own_loopback_is_probed_without_allow_host(daemon, pod_netns):
+    server = listen(pod_netns, host="127.0.0.1")
+    assert node_refuses(server.port)  # the node's 127.0.0.1 is not where this answer comes from
+    spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=server.port),
+                                                                host="127.0.0.1"), period_ms=100)
+    probe_id = run(daemon, pod_netns, spec)  # no --allow-host-field
+    probed = wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+    assert probed.last_attempt.address == f"127.0.0.1:{server.port}"
+    assert probed.spec.tcp_socket.host == "127.0.0.1"  # kept as registered
+    daemon.stop()
+    assert "probe uses the host field" not in daemon.logs()
+
+
+def test_localhost_reaches_an_ipv6_only_pods_loopback(tmp_path):
+    ns = PodNetns.create(ipv4=False)
+    d = DaemonProcess(tmp_path)
+    try:
+        d.start()
+        server = ns.spawn_python("http_server.py", "--host", "::1", "--port", "0")  # bound to ::1 only
+        spec = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/echo", port=spec_pb.PortRef(number=server.port),
+                                                                host="localhost"))
+        answer = d.stub.ExecProbe(service_pb.ExecProbeRequest(pod_sandbox_id=ns.name, spec=spec), timeout=10)
+        # 127.0.0.1 first (the kubelet's resolver order) is refused, then ::1 answers, as Go's dialer races them.
+        assert answer.attempt.result == spec_pb.RESULT_SUCCESS, answer.attempt.output
+        assert answer.attempt.address == f"[::1]:{server.port}"
+        assert f"Host: localhost:{server.port}\r\n" in answer.attempt.output  # the URL the kubelet would build
+    finally:
+        d.stop()
+        ns.destroy()
+
+
 def test_stop_is_idempotent_and_removes_the_worker(daemon, pod_netns):
     server = listen(pod_netns)
     probe_id = run(daemon, pod_netns, tcp_spec(server.port))
@@ -113,12 +153,13 @@ def test_run_probe_traceparent_parents_the_attempt_spans(daemon, pod_netns):
 def test_host_field_allowed_by_config_is_used_and_logged(tmp_path, pod_netns):
     d = DaemonProcess(tmp_path, ["--allow-host-field"]).start()
     try:
-        server = listen(pod_netns, host="127.0.0.1")
+        server = listen(pod_netns, host=pod_netns.ipv4)
+        # Any address but the pod's loopback is behind the gate, the pod's own IP written out included.
         spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=server.port),
-                                                                    host="127.0.0.1"), period_ms=100)
+                                                                    host=pod_netns.ipv4), period_ms=100)
         probe_id = run(d, pod_netns, spec)
         probed = wait_for(d, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
-        assert probed.last_attempt.address == f"127.0.0.1:{server.port}"  # the pod's loopback, from its netns
+        assert probed.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"  # connected from the pod's netns
     finally:
         d.stop()
     assert "probe uses the host field (allowed by config)" in d.logs()

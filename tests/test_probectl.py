@@ -382,6 +382,28 @@ def test_a_daemon_refusal_of_apply_names_the_manifest_path(probectl, pod_netns, 
             "the host field makes the runtime connect") in result.err
 
 
+
+def test_apply_probes_the_pods_own_loopback_written_as_host(daemon, probectl, pod_netns, tmp_path):
+    """`host: 127.0.0.1` in a manifest is the pod's admin port, not the node's: no --allow-host-field needed."""
+    admin = pod_netns.spawn_python("http_server.py", "--host", "127.0.0.1", "--port", "0")
+    manifest = tmp_path / "admin.yaml"
+    manifest.write_text(f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: admin}}
+spec:
+  containers:
+  - name: envoy
+    image: envoy
+    readinessProbe:
+      httpGet: {{host: 127.0.0.1, path: /ok, port: {admin.port}}}
+      periodSeconds: 1
+""")
+    applied = probectl("apply", "-f", str(manifest), "--pod", pod_netns.name)
+    assert applied.rc == 0 and applied.err == "", applied
+    probed = wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS)
+    assert probed.last_attempt.address == f"127.0.0.1:{admin.port}" and probed.spec.http_get.host == "127.0.0.1"
+
 # --- rm, pods, workers -----------------------------------------------------------------------
 
 def test_rm_by_id_and_by_pod(daemon, probectl, pod_netns, servers):

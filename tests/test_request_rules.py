@@ -45,6 +45,27 @@ def test_host_field_is_gated_with_an_explanation(spec, path):
     assert rules.uses_host_field(spec)
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
+@pytest.mark.parametrize("action", ["http_get", "tcp_socket"])
+def test_the_pods_own_loopback_passes_the_gate(host, action):
+    handler = {"http_get": spec_pb.HTTPGetAction, "tcp_socket": spec_pb.TCPSocketAction}[action]
+    spec = spec_pb.ProbeSpec(**{action: handler(port=spec_pb.PortRef(number=8080), host=host)})
+    assert rules.validate_run_probe(run_request(spec=spec), allow_host=False) == []
+    exec_req = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=spec)
+    assert rules.validate_exec_probe(exec_req, allow_host=False) == []
+    assert not rules.uses_host_field(spec)  # nothing outside the pod: no warning either
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "[::1]", "LOCALHOST", "0.0.0.0"])
+def test_other_loopback_like_hosts_keep_the_gate(host):
+    (error,) = rules.validate_run_probe(run_request(spec=http_spec(host=host)), allow_host=False)
+    assert error == f"spec.http_get.host: {rules.HOST_GATE}"
+
+
+def test_the_gate_names_the_pods_loopback_as_the_way_out():
+    assert "use 127.0.0.1, ::1 or localhost for the pod's own loopback" in rules.HOST_GATE
+
+
 def test_exec_defaults_to_readiness_rules():
     req = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=http_spec())
     assert rules.validate_exec_probe(req, allow_host=False) == []

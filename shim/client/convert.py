@@ -19,7 +19,8 @@ once parsed, key order included.
 What convert leaves, the API server still validates; what it rewrites, the API server no longer sees. So each
 rewritten handler is validated here as the shim will validate the command (parse_command: RunProbe's rules, named
 ports against the container's ports), and `host` is refused (blind SSRF, shim/request_rules.py HOST_GATE) unless
-allow_host: the daemon refuses it too unless its config allows it. A pod spec with `hostNetwork: true` is left as it
+allow_host: the daemon refuses it too unless its config allows it. The pod's own loopback (`127.0.0.1`, `::1`,
+`localhost`: probe_api.pod_loopback) is no such host inside the pod's netns and is converted as it is. A pod spec with `hostNetwork: true` is left as it
 is, with a note: there the pod's netns is the node's, where the kubelet's own probes already run, and the shim never
 probes the node's netns. Any error means no output at all, as kubectl applies nothing from an invalid manifest.
 
@@ -44,6 +45,7 @@ import yaml
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
+from probe_api.pod_loopback import is_pod_loopback
 from shim.bridge.command import (
     HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
     is_marker, parse_command,
@@ -59,11 +61,11 @@ PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  #
 HOST_FORBIDDEN = (
     "Forbidden: the host field makes the runtime connect to any address the node can reach "
     "(blind SSRF around NetworkPolicy, kubernetes#99425), and the shim refuses it unless its config sets "
-    "allow_host_field = true. Probes run inside the pod: leave host empty, or convert with --allow-host "
-    "where the daemon allows it"
+    "allow_host_field = true. Probes run inside the pod: leave host empty for the pod IP, use 127.0.0.1, ::1 or "
+    "localhost for the pod's own loopback, or convert with --allow-host where the daemon allows it"
 )
 HOST_NETWORK_NOTE = ("the pod uses the node's network namespace, where the kubelet's own probes already run and "
-                     "the shim never probes: its probes and hooks are left unchanged")
+                     "the shim never probes (there 127.0.0.1 is the node's loopback): its probes and hooks are left unchanged")
 
 # Every handler key of core/v1 Probe and LifecycleHandler: two of them in one handler is the API's error, and the
 # exec convert writes must not land beside another handler.
@@ -278,7 +280,8 @@ def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridg
     if not isinstance(action, dict):
         run.result.errors.append(f"{handler_path}: Invalid value: {shown(action)}: must be a mapping")
         return 0
-    if action.get("host") and not run.allow_host:
+    host = action.get("host")
+    if host and not run.allow_host and not (isinstance(host, str) and is_pod_loopback(host)):
         run.result.errors.append(f"{handler_path}.host: {HOST_FORBIDDEN}")
         return 0
     try:
