@@ -1,0 +1,427 @@
+"""The promise, proven with a real kubelet: kubelet -> shim -> real containerd, static pods converted by probectl.
+
+A real kubelet (tests/kubelet_env.py: KUBELET_BIN, else ../shared/kubelet/) runs standalone with the shim's socket
+as its CRI endpoint, in front of the suite's private containerd. Every pod is a static pod written by the test
+and converted with the real `probectl convert`; what is asserted is what the kubelet itself says: readiness and
+restart counts on its read-only port, its own `prober_probe_total`, its log. Workloads are busybox httpd serving a
+directory of the test's (a hostPath), so a test makes an endpoint fail or recover by removing or writing a file,
+and hooks are recorded by a CGI script there; gRPC health servers run from the host inside the pod's netns.
+
+What each test proves:
+- converted HTTP (pod IP and the pod's own 127.0.0.1), TCP and gRPC readiness probes make pods Ready, counted in
+  the kubelet's prober_probe_total and seen by the shim as bridged rows; the same loopback pod unconverted stays
+  NOT ready (the kubelet probes the node's 127.0.0.1: the problem this project solves);
+- an endpoint made to fail turns the pod NOT ready within failureThreshold x period, and back;
+- a startup probe holds liveness back; then a failing liveness probe makes the kubelet restart the container;
+- converted postStart and preStop httpGet hooks reach the pod (postStart after a sidecar's startup probe, preStop
+  on removal, inside the grace period), with the kubelet's hook User-Agent;
+- faults under the running kubelet (shim kill -9, shim SIGTERM and no shim for GAP_S, a worker kill -9, a containerd
+  restart) cost no readiness flip and no container restart;
+- crictl through the shim shows what it shows straight from containerd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_service_pb2 as service_pb
+from tests import kubelet_env
+from tests.containerd_env import ContainerdEnv, sandbox_network
+from tests.daemon_env import DaemonProcess
+from tests.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
+from tests.netns_env import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+HTTP_PORT = 8080
+GRPC_PORT = 9090
+PERIOD_S = 1
+GAP_S = 5                # no shim at all for this long in the SIGTERM fault
+READY_TIMEOUT_S = 90     # a pod's sandbox, containers and first probes on a busy machine
+# A CGI script in the served directory: records each hook's query, User-Agent and time (the pod's busybox).
+RECORD_CGI = """#!/bin/sh
+echo "$QUERY_STRING $HTTP_USER_AGENT $(/bin/busybox date +%s)" >> /www/hooks.log
+printf 'Content-Type: text/plain\\r\\n\\r\\nrecorded\\n'
+"""
+
+
+# --- the node: containerd, the shim, the kubelet ----------------------------------------------------------------
+
+@dataclass
+class Node:
+    containerd: ContainerdEnv
+    shim: DaemonProcess
+    kubelet: KubeletProcess
+    workdir: Path
+
+    def start_shim(self) -> DaemonProcess:
+        """A new daemon on the same socket and state dir (a restart: it adopts the running workers)."""
+        self.shim = DaemonProcess(self.workdir / "shim", ["--runtime-endpoint", self.containerd.endpoint,
+                                                          "--reconcile-interval", "0.5"]).start()
+        return self.shim
+
+    def www(self, pod: str) -> Path:
+        """The directory the pod's httpd serves (a hostPath): healthz is there from the start."""
+        path = self.workdir / "www" / pod
+        if not path.exists():
+            (path / "cgi-bin").mkdir(parents=True)
+            (path / "healthz").write_text("ok\n")
+            (path / "cgi-bin" / "record").write_text(RECORD_CGI)
+            (path / "cgi-bin" / "record").chmod(0o755)
+        return path
+
+    def apply(self, pod: dict, *, convert: bool = True) -> str:
+        """Writes the static pod, through the real `probectl convert` unless convert=False; returns its name as the
+        kubelet shows it (NAME-node1)."""
+        text = yaml.safe_dump(pod, sort_keys=False)
+        if convert:
+            done = subprocess.run([sys.executable, "-m", "shim.client.cli", "convert", "-f", "-"], input=text,
+                                  cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            text = done.stdout
+        self.kubelet.write_manifest(pod["metadata"]["name"], text)
+        return f"{pod['metadata']['name']}-{NODE_NAME}"
+
+    def netns_of(self, pod_name: str, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """The pod's netns path, once its sandbox runs (asked of containerd directly)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for sandbox in self.containerd.cri.list_sandboxes():
+                if sandbox.metadata.name == pod_name and sandbox.state == cri_pb.SANDBOX_READY:
+                    return sandbox_network(self.containerd.cri.sandbox_status(sandbox.id)).netns_path
+            time.sleep(kubelet_env.POLL_S)
+        raise AssertionError(f"no running sandbox for {pod_name} within {timeout_s:g}s")
+
+    def running_sandboxes(self) -> list[str]:
+        return [s.metadata.name for s in self.containerd.cri.list_sandboxes() if s.state == cri_pb.SANDBOX_READY]
+
+    def wait_ready(self, *names: str) -> dict:
+        return self.kubelet.wait_for(f"{', '.join(names)} Ready",
+                                     lambda pods: all(n in pods and pods[n].ready for n in names), READY_TIMEOUT_S)
+
+    def remove_pods(self) -> None:
+        self.kubelet.remove_all_pods(pods_gone=lambda: not self.running_sandboxes(), timeout_s=READY_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def node(request):
+    reason = kubelet_env.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    containerd: ContainerdEnv = request.getfixturevalue("containerd")  # only once the kubelet can run
+    containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
+    # Under containerd's session dir, not pytest's: the suite's reaper of orphaned zygotes (tests/conftest.py)
+    # must not take the workers this module's daemons hand over to each other; the session's teardown kills all.
+    workdir = Path(containerd.session.path("node"))
+    (workdir / "shim").mkdir(parents=True)
+    node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
+    node.start_shim()
+    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}").start()
+    try:
+        yield node
+    finally:
+        try:
+            node.remove_pods()
+        finally:
+            node.kubelet.stop()
+            node.shim.stop()
+            containerd.remove_all_sandboxes()
+
+
+@pytest.fixture
+def k(node):
+    """The node, its pods removed after the test (each test starts with none)."""
+    yield node
+    node.remove_pods()
+
+
+@pytest.fixture
+def in_netns():
+    """Host programs started inside a pod's netns; stopped at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(netns_path: str, argv: list[str]) -> None:
+        proc = subprocess.Popen(["nsenter", f"--net={netns_path}", *argv], cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), f"{argv}: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+# --- manifests ---------------------------------------------------------------------------------------------------
+
+def httpd(name: str, image: str, *, listen: str = str(HTTP_PORT), **fields) -> dict:
+    """A container serving /www (the test's directory) with busybox httpd on `listen` ([IP:]PORT)."""
+    return {"name": name, "image": image, "imagePullPolicy": "Never",
+            "command": ["/bin/busybox", "httpd", "-f", "-p", listen, "-h", "/www"],
+            "volumeMounts": [{"name": "www", "mountPath": "/www"}], **fields}
+
+
+def static_pod(name: str, www: Path, containers: list[dict], *, grace_s: int = 1, **spec) -> dict:
+    # busybox as PID 1 ignores SIGTERM: a short grace period keeps every kill (liveness, removal) short.
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"terminationGracePeriodSeconds": grace_s, "containers": containers,
+                     "volumes": [{"name": "www", "hostPath": {"path": str(www), "type": "Directory"}}], **spec}}
+
+
+def http_get(port: int = HTTP_PORT, path: str = "/healthz", **fields) -> dict:
+    return {"httpGet": {"path": path, "port": port, **fields}}
+
+
+def probe(handler: dict, **timing) -> dict:
+    return {**handler, "periodSeconds": PERIOD_S, **timing}
+
+
+def free_node_port() -> int:
+    """A port nothing on the node's own loopback listens on (the kubelet's native probe of 127.0.0.1 lands there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_refuses(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
+    return counts.get((pod, container, probe_type, result), 0.0)
+
+
+# --- readiness through the bridge ----------------------------------------------------------------------------------
+
+def test_converted_probes_make_pods_ready_and_the_unconverted_loopback_probe_does_not(k, in_netns):
+    image = k.containerd.images.http
+    admin = free_node_port()  # the pods' admin port, on their own 127.0.0.1
+    pods = {
+        "pod-ip": k.apply(static_pod("pod-ip", k.www("pod-ip"), [
+            httpd("web", image, readinessProbe=probe(http_get()))])),
+        "loopback": k.apply(static_pod("loopback", k.www("loopback"), [
+            httpd("web", image, listen=f"127.0.0.1:{admin}",
+                  readinessProbe=probe(http_get(admin, host="127.0.0.1")))])),
+        "localhost": k.apply(static_pod("localhost", k.www("localhost"), [
+            httpd("web", image, listen=f"127.0.0.1:{admin}",
+                  readinessProbe=probe(http_get(admin, host="localhost")))])),
+        "tcp": k.apply(static_pod("tcp", k.www("tcp"), [
+            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))])),
+        "grpc": k.apply(static_pod("grpc", k.www("grpc"), [
+            {"name": "app", "image": image, "imagePullPolicy": "Never",
+             "command": ["/bin/busybox", "sleep", "2147483647"],
+             "readinessProbe": probe({"grpc": {"port": GRPC_PORT}})}])),
+    }
+    # The same loopback pod as the kubelet runs it without the shim: it probes the NODE's 127.0.0.1.
+    native = k.apply(static_pod("native-loopback", k.www("native-loopback"), [
+        httpd("web", image, listen=f"127.0.0.1:{admin}", readinessProbe=probe(http_get(admin, host="127.0.0.1")))]),
+        convert=False)
+    in_netns(k.netns_of(pods["grpc"]), [sys.executable, "tests/servers/grpc_health_server.py", "--host", "0.0.0.0",
+                                        "--port", str(GRPC_PORT), "--status", "SERVING"])
+
+    ready = k.wait_ready(*pods.values())
+    assert all(p.restarts == 0 for p in ready.values())
+    containers = {"grpc": "app"}
+    counts = k.kubelet.wait_for_counts(
+        "the native loopback probe failing 3 times",
+        lambda c: count(c, native, "web", "Readiness", "failed") >= 3)
+    assert not k.kubelet.pods()[native].ready and node_refuses(admin)
+    for key, pod in pods.items():
+        # The kubelet's own prober counted each bridged probe, as a success (the gRPC server may have started
+        # after the first probe: the test starts it once the sandbox runs).
+        assert count(counts, pod, containers.get(key, "web"), "Readiness", "successful") >= 1, (key, counts)
+        if key != "grpc":
+            assert count(counts, pod, "web", "Readiness", "failed") == 0, (key, counts)
+    # ... and the shim answered them: a bridged row per pod, its attempts in the pod's netns, as many as the
+    # kubelet counted (read one after the other: a probe may fall between the two reads).
+    rows = {p.labels["io.kubernetes.pod.name"]: p for p in
+            k.shim.stub.ProbeStatus(service_pb.ProbeStatusRequest(), timeout=10).probes}
+    assert set(pods.values()) <= set(rows) and native not in rows
+    after = k.kubelet.probe_counts()
+    for key, pod in pods.items():
+        assert rows[pod].bridged.role == "readiness"
+        assert count(counts, pod, containers.get(key, "web"), "Readiness", "successful") <= rows[pod].totals.success \
+            <= count(after, pod, containers.get(key, "web"), "Readiness", "successful") + 1, key
+    assert rows[pods["loopback"]].last_attempt.address == f"127.0.0.1:{admin}"
+    assert rows[pods["localhost"]].last_attempt.address == f"127.0.0.1:{admin}"
+    assert rows[pods["pod-ip"]].last_attempt.address == f"{ready[pods['pod-ip']].pod_ip}:{HTTP_PORT}"
+
+
+def test_an_endpoint_made_to_fail_turns_the_pod_not_ready_within_its_thresholds_and_back(k):
+    failure_threshold = 2
+    www = k.www("flaky")
+    name = k.apply(static_pod("flaky", www, [httpd("web", k.containerd.images.http, readinessProbe=probe(
+        http_get(), failureThreshold=failure_threshold))]))
+    k.wait_ready(name)
+    before = k.kubelet.probe_counts()
+
+    with ReadinessRecorder(k.kubelet, [name]) as recorder:
+        (www / "healthz").unlink()  # 404 from now on
+        failed_at = time.monotonic()
+        k.kubelet.wait_for("the pod NOT ready", lambda pods: not pods[name].ready, timeout_s=30)
+        took = time.monotonic() - failed_at
+        failures = count(k.kubelet.probe_counts(), name, "web", "Readiness", "failed") - \
+            count(before, name, "web", "Readiness", "failed")
+        # failureThreshold consecutive failures at the period, the first up to a period after the file went.
+        assert failures >= failure_threshold
+        assert took <= (failure_threshold + 1) * PERIOD_S + 1.0, took
+
+        (www / "healthz").write_text("ok\n")
+        back_at = time.monotonic()
+        k.wait_ready(name)
+        assert time.monotonic() - back_at <= 2 * PERIOD_S + 1.0
+    assert k.kubelet.pods()[name].restarts == 0
+    # What the fault test counts as a flip, seen here both ways: in the samples and in the kubelet's log.
+    assert recorder.not_ready_samples()[name] >= 1
+    assert recorder.logged_changes() == [(name, "not ready"), (name, "ready")]
+
+
+def test_a_startup_probe_holds_liveness_back_then_failing_liveness_restarts_the_container(k):
+    www = k.www("alive")
+    name = k.apply(static_pod("alive", www, [httpd(
+        "web", k.containerd.images.http,
+        startupProbe=probe(http_get(path="/started"), failureThreshold=600),
+        livenessProbe=probe(http_get(path="/alive"), failureThreshold=1))]))
+
+    # Neither file yet: the startup probe fails on and on, and the kubelet runs no liveness probe meanwhile.
+    counts = k.kubelet.wait_for_counts("3 failed startup probes",
+                                       lambda c: count(c, name, "web", "Startup", "failed") >= 3)
+    assert not any(key[0] == name and key[2] == "Liveness" for key in counts), counts
+    (container,) = k.kubelet.pods()[name].containers.values()
+    assert (container.started, container.restart_count) == (False, 0)
+
+    (www / "started").write_text("ok\n")  # startup succeeds; liveness starts and fails: the kubelet restarts it
+    k.kubelet.wait_for("a restart", lambda pods: pods[name].restarts >= 1)
+    assert count(k.kubelet.probe_counts(), name, "web", "Liveness", "failed") >= 1
+
+    (www / "alive").write_text("ok\n")
+    counts = k.kubelet.wait_for_counts("a successful liveness probe",
+                                       lambda c: count(c, name, "web", "Liveness", "successful") >= 1)
+    restarts = k.kubelet.pods()[name].restarts
+    k.kubelet.wait_for_counts("3 more successful liveness probes",
+                              lambda c: count(c, name, "web", "Liveness", "successful") >= 4)
+    assert k.kubelet.pods()[name].restarts == restarts  # alive: no more restarts
+
+
+# --- hooks ------------------------------------------------------------------------------------------------------------
+
+def test_converted_post_start_and_pre_stop_hooks_reach_the_pod(k):
+    www = k.www("hooked")
+    grace_s = 10
+    image = k.containerd.images.http
+    recorder_port = HTTP_PORT + 1
+    pod = static_pod("hooked", www, [httpd(
+        "app", image,
+        lifecycle={"postStart": http_get(recorder_port, "/cgi-bin/record?hook=postStart"),
+                   "preStop": http_get(HTTP_PORT, "/cgi-bin/record?hook=preStop")})],
+        grace_s=grace_s,
+        # A sidecar: the kubelet starts `app` (and so its postStart hook) once the sidecar's startup probe passed.
+        initContainers=[httpd("recorder", image, listen=str(recorder_port), restartPolicy="Always",
+                              startupProbe=probe({"tcpSocket": {"port": recorder_port}}))])
+    name = k.apply(pod)
+    k.wait_ready(name)
+    log = www / "hooks.log"
+    (post_start,) = log.read_text().splitlines()
+    assert post_start.split()[:2] == ["hook=postStart", "kube-lifecycle/1.32"]
+    assert k.kubelet.pods()[name].restarts == 0  # the hook succeeded: no kill
+
+    k.kubelet.remove_manifest("hooked")
+    removed_at = time.time()
+    deadline = time.monotonic() + grace_s + 30
+    while len(log.read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline, k.kubelet.log_tail()
+        time.sleep(kubelet_env.POLL_S)
+    pre_stop = log.read_text().splitlines()[1].split()
+    assert pre_stop[:2] == ["hook=preStop", "kube-lifecycle/1.32"]
+    assert int(pre_stop[2]) <= removed_at + grace_s  # before the kubelet's grace period ran out
+
+
+# --- faults under a running kubelet -----------------------------------------------------------------------------------
+
+def test_faults_under_a_running_kubelet_flip_nothing(k):
+    image = k.containerd.images.http
+    names = [
+        k.apply(static_pod("f-http", k.www("f-http"), [httpd("web", image, readinessProbe=probe(http_get()),
+                                                             livenessProbe=probe(http_get()))])),
+        k.apply(static_pod("f-loopback", k.www("f-loopback"), [
+            httpd("web", image, listen=f"127.0.0.1:{HTTP_PORT}", readinessProbe=probe(http_get(host="127.0.0.1")))])),
+        k.apply(static_pod("f-tcp", k.www("f-tcp"), [
+            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))])),
+    ]
+    k.wait_ready(*names)
+
+    def probes_answer_again(what: str) -> None:
+        """Every pod's readiness probe succeeds twice more, answered by the shim that runs now."""
+        before = k.kubelet.probe_counts()
+        k.kubelet.wait_for_counts(f"probes answered after {what}", lambda c: all(
+            count(c, n, "web", "Readiness", "successful") >= count(before, n, "web", "Readiness", "successful") + 2
+            for n in names), timeout_s=60)
+
+    with ReadinessRecorder(k.kubelet, names) as recorder:
+        k.shim.crash()  # kill -9
+        k.start_shim()
+        probes_answer_again("a kill -9 of the shim")
+
+        k.shim.stop(signal.SIGTERM)  # systemd's stop: the workers are handed over
+        time.sleep(GAP_S)  # the fault itself: no shim at all for GAP_S (the kubelet's ExecSyncs fail meanwhile)
+        k.start_shim()
+        probes_answer_again(f"a SIGTERM and {GAP_S} s without a shim")
+
+        workers = {s.worker.pid for s in k.shim.stub.ListProbeSandboxes(
+            service_pb.ListProbeSandboxesRequest(), timeout=10).sandboxes if s.worker.pid}
+        assert workers
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        probes_answer_again("a kill -9 of the workers")
+
+        k.containerd.stop_containerd()
+        k.containerd.start_containerd()
+        probes_answer_again("a containerd restart")
+
+    assert recorder.samples and not recorder.errors
+    assert recorder.not_ready_samples() == {}
+    assert recorder.logged_changes() == []
+    assert recorder.restarts() == {n: 0 for n in names}
+    assert all(k.kubelet.pods()[n].ready for n in names)
+
+
+# --- crictl -------------------------------------------------------------------------------------------------------
+
+def crictl(endpoint: str, *args: str) -> object:
+    done = subprocess.run([str(crictl_binary()), "-r", endpoint, "--timeout", "20s", *args],
+                          env=dict(os.environ, CRI_CONFIG_FILE="/dev/null"), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, f"crictl {' '.join(args)}: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def test_crictl_through_the_shim_shows_what_containerd_shows(k):
+    if not os.access(crictl_binary(), os.X_OK):
+        pytest.skip(f"needs crictl: none at {crictl_binary()}; set CRICTL_BIN")
+    name = k.apply(static_pod("listed", k.www("listed"), [httpd("web", k.containerd.images.http,
+                                                                readinessProbe=probe(http_get()))]))
+    k.wait_ready(name)
+    shim, direct = f"unix://{k.shim.socket_path}", k.containerd.endpoint
+    for args in (("pods", "-o", "json"), ("ps", "-a", "-o", "json"), ("images", "-o", "json")):
+        assert crictl(shim, *args) == crictl(direct, *args), args
+    (sandbox,) = crictl(shim, "pods", "--name", name, "-o", "json")["items"]
+    assert crictl(shim, "inspectp", "-o", "json", sandbox["id"]) == crictl(direct, "inspectp", "-o", "json",
+                                                                           sandbox["id"])
+    (container,) = crictl(shim, "ps", "--pod", sandbox["id"], "-o", "json")["containers"]
+    assert container["metadata"]["name"] == "web" and container["state"] == "CONTAINER_RUNNING"
