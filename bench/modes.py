@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.node import NodeParams
 from bench.restart import RestartParams
 from bench.scale import ScaleParams
 
@@ -23,6 +24,7 @@ class Mode:
     pressure_s: float
     pressure_warmup_s: float
     restart: RestartParams
+    node: NodeParams
 
 
 QUICK = Mode(
@@ -34,6 +36,7 @@ QUICK = Mode(
     proxy_count=200, proxy_warmup=20,
     pressure_s=10.0, pressure_warmup_s=2.0,
     restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
+    node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0),
 )
 
 FULL = Mode(
@@ -45,6 +48,7 @@ FULL = Mode(
     proxy_count=1000, proxy_warmup=200,
     pressure_s=60.0, pressure_warmup_s=3.0,
     restart=RestartParams(sandboxes=250, warmup_s=5.0, steady_s=60.0, settle_s=30.0),
+    node=NodeParams(pods=30, warmup_s=5.0, window_s=30.0),
 )
 
 MODES = {m.name: m for m in (QUICK, FULL)}

@@ -48,9 +48,10 @@ def _verdict(ok: bool) -> str:
     return MET if ok else NOT_MET
 
 
-def _row(figure: str, target: str, scenario: dict | None,
-         measure: Callable[[dict], tuple[str, bool | None, str]]) -> Row:
-    """measure(scenario) -> (measured text, ok or None for "no verdict", note)."""
+def measured_row(figure: str, target: str, scenario: dict | None,
+                 measure: Callable[[dict], tuple[str, bool | None, str]]) -> Row:
+    """measure(scenario) -> (measured text, ok or None for "no verdict", note); a scenario skipped or failed is
+    that row's status."""
     missing = _unavailable(figure, target, scenario)
     if missing is not None:
         return missing
@@ -85,9 +86,9 @@ def evaluate(scenarios: dict) -> list[Row]:
         p = step["punctuality"]
         note = "; ".join(x for x in (_scale_note(step), p["method"]) if x)
         return f"{p['late']} late, {p['missed']} missed of {p['attempts']}", p["late"] + p["missed"] == 0, note
-    rows.append(_row("250 sandboxes x 3 probes at 1 s, pooled workers: late or missed attempts", "0", scale, late))
+    rows.append(measured_row("250 sandboxes x 3 probes at 1 s, pooled workers: late or missed attempts", "0", scale, late))
 
-    rows.append(_row("same: CPU of daemon + zygote (broker) + workers", "<= 30% of one core", scale,
+    rows.append(measured_row("same: CPU of daemon + zygote (broker) + workers", "<= 30% of one core", scale,
                      _last_step_at_most("cpu_percent", "shim_total", "{:.1f}%", 30)))
 
     def pss_per_sandbox(bound: float):
@@ -96,17 +97,17 @@ def evaluate(scenarios: dict) -> list[Row]:
             counts = [st["sandboxes"] for st in s["steps"]]
             return f"{value:.2f} MiB", value <= bound, f"slope of total PSS over N = {', '.join(map(str, counts))}"
         return measure
-    rows.append(_row("same: PSS per extra sandbox", "<= 1.0 MiB", scale, pss_per_sandbox(1.0)))
+    rows.append(measured_row("same: PSS per extra sandbox", "<= 1.0 MiB", scale, pss_per_sandbox(1.0)))
 
-    rows.append(_row("same: daemon PSS", "<= 80 MiB", scale,
+    rows.append(measured_row("same: daemon PSS", "<= 80 MiB", scale,
                      _last_step_at_most("memory", "daemon_pss_mib", "{:.1f} MiB", 80)))
 
     strict = scenarios.get("scale_strict")
-    rows.append(_row("strict mode (a worker per sandbox): late or missed attempts", "0", strict, late))
+    rows.append(measured_row("strict mode (a worker per sandbox): late or missed attempts", "0", strict, late))
     cpu_before, pss_before = STRICT_BEFORE["cpu_percent"], STRICT_BEFORE["pss_per_extra_sandbox_mib"]
-    rows.append(_row("strict mode: CPU of daemon + zygote + workers", f"no worse than before ({cpu_before}%)", strict,
+    rows.append(measured_row("strict mode: CPU of daemon + zygote + workers", f"no worse than before ({cpu_before}%)", strict,
                      _last_step_at_most("cpu_percent", "shim_total", "{:.1f}%", cpu_before * STRICT_MARGIN)))
-    rows.append(_row("strict mode: PSS per extra sandbox", f"no worse than before ({pss_before} MiB)", strict,
+    rows.append(measured_row("strict mode: PSS per extra sandbox", f"no worse than before ({pss_before} MiB)", strict,
                      pss_per_sandbox(pss_before * STRICT_MARGIN)))
 
     for kind, target in (("http", "<= 1.5x"), ("tcp", "<= 1.5x"), ("grpc", "(none)")):
@@ -119,7 +120,7 @@ def evaluate(scenarios: dict) -> list[Row]:
                 notes.append(f"lone attempts alike; a warm floor loop: {k['floor_warm_ms']['median']:.3f} ms "
                              f"({k['ratio_median_warm']:.2f}x)")
             return text, ok, "; ".join(n for n in notes if n)
-        rows.append(_row(f"engine latency vs raw-socket floor, {kind.upper() if kind != 'grpc' else 'gRPC'} (median)",
+        rows.append(measured_row(f"engine latency vs raw-socket floor, {kind.upper() if kind != 'grpc' else 'gRPC'} (median)",
                          target, latency, engine))
 
     def vs_exec_sync(s: dict):
@@ -132,7 +133,7 @@ def evaluate(scenarios: dict) -> list[Row]:
         value = s["speedup_median"][path]
         via = "" if path == "nsenter_curl" else "curl not installed: busybox wget; "
         return f"{value:.1f}x faster", value >= 5, via + _medians(s, path)
-    rows.append(_row("ExecProbe vs nsenter + curl subprocess (median)", ">= 5x faster", exec_, vs_nsenter))
+    rows.append(measured_row("ExecProbe vs nsenter + curl subprocess (median)", ">= 5x faster", exec_, vs_nsenter))
 
     def bridged(s: dict):
         b = s["paths_ms"]["bridged_exec_sync"]
@@ -152,13 +153,13 @@ def evaluate(scenarios: dict) -> list[Row]:
     def first_attempt(s: dict):
         value = s["first_attempt_ms"]["p99"]
         return f"{value:.1f} ms", value <= 100, f"{s['sandboxes']} new sandboxes; median {s['first_attempt_ms']['median']:.1f} ms"
-    rows.append(_row("first attempt after RunProbe on a new sandbox (p99)", "<= 100 ms", spawn, first_attempt))
+    rows.append(measured_row("first attempt after RunProbe on a new sandbox (p99)", "<= 100 ms", spawn, first_attempt))
 
     for method in ("Version", "ListPodSandbox"):
         def overhead(s: dict, method=method):
             value = s[method]["overhead_ms"]["median"]
             return f"{value:.3f} ms", value <= 0.5, f"{s['calls_per_path']} calls per path"
-        rows.append(_row(f"proxy overhead per unary CRI call, {method} (median)", "<= 0.5 ms", proxy, overhead))
+        rows.append(measured_row(f"proxy overhead per unary CRI call, {method} (median)", "<= 0.5 ms", proxy, overhead))
 
     def under_pressure(s: dict):
         window = s["window_s"]
@@ -166,7 +167,7 @@ def evaluate(scenarios: dict) -> list[Row]:
         if round(window) < TARGET_PRESSURE_S:
             note += f"; the target is for {TARGET_PRESSURE_S} s"
         return f"{s['failures']} failures", s["failures"] == 0, note
-    rows.append(_row("600 probes/s against one target: failures", "0", pressure, under_pressure))
+    rows.append(measured_row("600 probes/s against one target: failures", "0", pressure, under_pressure))
     rows += _restart_rows(scenarios.get("restart"))
     return rows
 
@@ -212,12 +213,12 @@ def _restart_rows(restart: dict | None) -> list[Row]:
         at = f"at {st['attempts_per_s']:.0f} attempts/s over {st['window_s']:.0f} s"
         return text, None, "; ".join(x for x in (at, note(s)) if x)
     return [
-        _row("daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)", "all", restart,
+        measured_row("daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)", "all", restart,
              adopted),
-        _row("restart: new daemon's start to SERVING (all adopted)", "(none)", restart, serving),
-        _row("restart: ticks missed, attempts late (new daemon)", "0", restart, missed),
-        _row("restart: state changes seen by a watch resumed across it", "0, no resync", restart, flaps),
-        _row("store writes behind the board, steady at 750 attempts/s", "(none)", restart, writes),
+        measured_row("restart: new daemon's start to SERVING (all adopted)", "(none)", restart, serving),
+        measured_row("restart: ticks missed, attempts late (new daemon)", "0", restart, missed),
+        measured_row("restart: state changes seen by a watch resumed across it", "0, no resync", restart, flaps),
+        measured_row("store writes behind the board, steady at 750 attempts/s", "(none)", restart, writes),
     ]
 
 
@@ -227,7 +228,7 @@ def _exec_row(figure: str, target: str, scenario: dict | None, measure,
     for path in paths:
         if scenario and "skipped" in scenario.get(path, {}):
             return Row(figure, target, "-", SKIPPED, scenario[path]["skipped"])
-    return _row(figure, target, scenario, measure)
+    return measured_row(figure, target, scenario, measure)
 
 
 def _engine_note(s: dict) -> str:

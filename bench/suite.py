@@ -16,11 +16,15 @@ Scenarios, in this order (bench/<module>.py each):
   7. restart    N sandboxes x 3 probes at 1 s (issue 14): store writes/s in steady state; the daemon
                 restarted (SIGTERM, then kill -9): start to SERVING (all adopted), workers kept,
                 missed ticks, what a resumed watch saw
+  8. node       N static pods under a real kubelet (issue 19), one readiness probe each at 1 s: none,
+                the kubelet's own httpGet, a classic exec probe, the same httpGet bridged; node CPU
+                and the kubelet's, containerd's and the shim's, per probe above no probes
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
-are reported as skipped with the reason; everything else still runs. A scenario that
+are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else
+../shared/kubelet/) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
-alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart; exec and proxy
-go together), into DIR ending in -only-NAME...
+alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart, node; exec and
+proxy go together), into DIR ending in -only-NAME...
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
 tables printed at the end) and DIR/*.png; DIR defaults to
@@ -50,7 +54,8 @@ sys.path.insert(0, str(REPO_ROOT))
 import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
-    exec_compare, latency, machine, plots, pressure, proxy_overhead, report, restart, scale, spawn,
+    exec_compare, latency, machine, node, node_report, plots, pressure, proxy_overhead, report, restart, scale,
+    spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.proxy_latency import ContainerdRig  # noqa: E402
@@ -105,7 +110,7 @@ def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
             scenarios.setdefault(name, {"error": f"containerd: {type(exc).__name__}: {exc}"})
 
 
-SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart")
+SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart", "node")
 
 
 def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> None:
@@ -128,6 +133,8 @@ def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> 
         containerd_scenarios(mode, scenarios)
     if wanted("restart"):
         scenarios["restart"] = scenario("restart", lambda: restart.run(mode.restart))
+    if wanted("node"):
+        scenarios["node"] = scenario("node", lambda: node.run(mode.node))
 
 
 def leftovers() -> dict:
@@ -178,7 +185,7 @@ def main() -> int:
     results["machine"]["loadavg_at_end"] = machine.loadavg()
     results["leftovers"] = leftovers()
     results["interrupted"] = interrupted
-    rows = report.evaluate(results["scenarios"])
+    rows = report.evaluate(results["scenarios"]) + node_report.rows(results["scenarios"].get("node"))
     results["targets"] = [r.as_dict() for r in rows]
 
     out.mkdir(parents=True, exist_ok=True)
@@ -191,7 +198,8 @@ def main() -> int:
         f"commit {m['git_commit']}; load average {m['loadavg_at_start']} at start, {m['loadavg_at_end']} at end; "
         f"{results['duration_s']} s",
         report.details(results["scenarios"]),
-        "targets (issues 6 and 14)\n" + report.targets_table(rows),
+        node_report.details(results["scenarios"].get("node")),
+        "targets (issues 6, 14 and 22)\n" + report.targets_table(rows),
     ] if part)
     (out / "summary.txt").write_text(summary + "\n")
     print(summary)

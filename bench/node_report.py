@@ -1,0 +1,70 @@
+"""The "node" scenario's rows and table (bench/node.py): a probe's cost to the node under a real kubelet (pure).
+
+The targets are issue 22's ("Node cost"), shown beside the figures so that the run that first measured them and
+every later one read alike: a bridged probe costs the node no more than 1.5x the kubelet's own httpGet, and the
+shim's share of it (daemon and workers) at most 0.4 ms each.
+"""
+
+from __future__ import annotations
+
+from bench.node import PHASES, PROBED
+from bench.report import Row, measured_row, table
+
+NATIVE_RATIO_TARGET = 1.5        # bridged node CPU per probe / the kubelet's own httpGet's
+SHIM_SHARE_TARGET_MS = 0.4       # the daemon's, and the workers', CPU per bridged probe
+ROLE_TITLES = {"node": "node", "kubelet": "kubelet", "containerd": "containerd + runc shims",
+               "shim_daemon": "shim daemon", "shim_workers": "shim zygote + workers"}
+
+
+def rows(node: dict | None) -> list[Row]:
+    def healthy(s: dict):
+        phases = s["phases"]
+        flips = sum(p["readiness_changes"] for p in phases.values())
+        restarts = sum(p["restarts"] for p in phases.values())
+        not_ready = sum(p["not_ready_at_end"] for p in phases.values())
+        failed = sum(p["probe_results"].get("failed", 0) for p in phases.values())
+        note = f"{s['pods']} pods per phase; {failed} probes failed over the windows"
+        return (f"{not_ready} not Ready, {flips} flips, {restarts} restarts", not (flips or restarts or not_ready),
+                note)
+
+    def bridged_vs_native(s: dict):
+        native = s["phases"]["native"]["per_probe_ms"]["node"]
+        bridged = s["phases"]["bridged"]["per_probe_ms"]["node"]
+        ratio = bridged / native if native else float("inf")
+        exec_ = s["phases"]["exec"]["per_probe_ms"]["node"]
+        return (f"{ratio:.1f}x ({bridged:.2f} vs {native:.2f} ms)", ratio <= NATIVE_RATIO_TARGET,
+                f"classic exec probe {exec_:.1f} ms; {s['phases']['bridged']['probes_per_s']:.0f} probes/s")
+
+    def shim_share(s: dict):
+        per_probe = s["phases"]["bridged"]["per_probe_ms"]
+        daemon, workers = per_probe["shim_daemon"], per_probe["shim_workers"]
+        return (f"daemon {daemon:.2f} ms, workers {workers:.2f} ms",
+                daemon <= SHIM_SHARE_TARGET_MS and workers <= SHIM_SHARE_TARGET_MS,
+                f"at {s['phases']['bridged']['probes_per_s']:.0f} bridged probes/s")
+
+    return [
+        measured_row("node (real kubelet): every pod Ready, no flip, no restart, every phase", "0, 0, 0", node,
+                     healthy),
+        measured_row("node: node CPU per bridged probe vs the kubelet's own httpGet", "<= 1.5x (issue 22)", node,
+                     bridged_vs_native),
+        measured_row("node: the shim's CPU per bridged probe", "<= 0.4 ms each (issue 22)", node, shim_share),
+    ]
+
+
+def details(node: dict | None) -> str:
+    if not node or "phases" not in node:
+        return ""
+    phases = node["phases"]
+    header = ["phase", "probes/s", "results", "Ready in", *ROLE_TITLES.values()]
+    body = []
+    for name in PHASES:
+        p = phases[name]
+        per_probe = p.get("per_probe_ms", {})
+        results = ", ".join(f"{n} {r}" for r, n in p["probe_results"].items()) or "-"
+        cells = [f"{p['cpu_ms_per_s'][r]:.1f}" + (f" ({per_probe[r]:.2f})" if per_probe.get(r) is not None else "")
+                 for r in ROLE_TITLES]
+        body.append([name, f"{p['probes_per_s']:.1f}", results, f"{p['ready_s']:.1f} s", *cells])
+    probed = ", ".join(PROBED)
+    return (f"node: {node['pods']} static pods under a real kubelet {node['kubelet']}, one readiness probe each at "
+            f"{node['period_s']} s: CPU ms per second over each phase's window (in brackets: ms per probe above the "
+            f"'none' phase, for {probed})\n" + table(header, body))
