@@ -7,6 +7,7 @@ worker (tests/test_worker_imports.py) and free of the daemon (tests/test_import_
 - `validation`: which ProbeSpecs the Kubernetes API accepts, its exact error texts, the defaults it applies;
 - `defaults`: the numbers several sides share (socket, message size, worker uid, kubelet version, tries, lateness);
 - `worker_protocol`: frames on the daemon <-> worker socketpair and which worker requests are valid;
+- `pod_loopback`: which `host` values are the pod's own loopback inside its netns (allowed without the host gate);
 - `endpoints`: kubelet/crictl style endpoints as gRPC targets;
 - `grpc_codes`: grpc-go's status codes as Go prints them;
 - `gostrings`: Go's quoting, durations and error texts, for outputs that read like the kubelet's.
