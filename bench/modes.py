@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.admission import AdmissionParams
 from bench.node import NodeParams
 from bench.restart import RestartParams
 from bench.scale import ScaleParams
@@ -25,6 +26,7 @@ class Mode:
     pressure_warmup_s: float
     restart: RestartParams
     node: NodeParams
+    admission: AdmissionParams
 
 
 QUICK = Mode(
@@ -37,6 +39,7 @@ QUICK = Mode(
     pressure_s=10.0, pressure_warmup_s=2.0,
     restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
     node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0),
+    admission=AdmissionParams(rate=200, window_s=10.0),
 )
 
 FULL = Mode(
@@ -49,6 +52,7 @@ FULL = Mode(
     pressure_s=60.0, pressure_warmup_s=3.0,
     restart=RestartParams(sandboxes=250, warmup_s=5.0, steady_s=60.0, settle_s=30.0),
     node=NodeParams(pods=30, warmup_s=5.0, window_s=30.0),
+    admission=AdmissionParams(rate=200, window_s=30.0),
 )
 
 MODES = {m.name: m for m in (QUICK, FULL)}

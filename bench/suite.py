@@ -19,12 +19,13 @@ Scenarios, in this order (bench/<module>.py each):
   8. node       N static pods under a real kubelet (issue 19), one readiness probe each at 1 s: none,
                 the kubelet's own httpGet, a classic exec probe, the same httpGet bridged; node CPU
                 and the kubelet's, containerd's and the shim's, per probe above no probes
+  9. admission  the admission webhook at 200 AdmissionReviews/s (issue 20): latency, CPU, memory
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
 are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else
 ../shared/kubelet/) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
-alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart, node; exec and
-proxy go together), into DIR ending in -only-NAME...
+alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart, node, admission;
+exec and proxy go together), into DIR ending in -only-NAME...
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
 tables printed at the end) and DIR/*.png; DIR defaults to
@@ -54,8 +55,8 @@ sys.path.insert(0, str(REPO_ROOT))
 import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
-    exec_compare, latency, machine, node, node_report, plots, pressure, proxy_overhead, report, restart, scale,
-    spawn,
+    admission, exec_compare, latency, machine, node, node_report, plots, pressure, proxy_overhead, report, restart,
+    scale, spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.proxy_latency import ContainerdRig  # noqa: E402
@@ -110,7 +111,8 @@ def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
             scenarios.setdefault(name, {"error": f"containerd: {type(exc).__name__}: {exc}"})
 
 
-SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart", "node")
+SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart", "node",
+             "admission")
 
 
 def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> None:
@@ -135,6 +137,8 @@ def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> 
         scenarios["restart"] = scenario("restart", lambda: restart.run(mode.restart))
     if wanted("node"):
         scenarios["node"] = scenario("node", lambda: node.run(mode.node))
+    if wanted("admission"):
+        scenarios["admission"] = scenario("admission", lambda: admission.run(mode.admission))
 
 
 def leftovers() -> dict:
@@ -185,7 +189,8 @@ def main() -> int:
     results["machine"]["loadavg_at_end"] = machine.loadavg()
     results["leftovers"] = leftovers()
     results["interrupted"] = interrupted
-    rows = report.evaluate(results["scenarios"]) + node_report.rows(results["scenarios"].get("node"))
+    rows = (report.evaluate(results["scenarios"]) + node_report.rows(results["scenarios"].get("node"))
+            + admission.rows(results["scenarios"].get("admission")))
     results["targets"] = [r.as_dict() for r in rows]
 
     out.mkdir(parents=True, exist_ok=True)
@@ -199,7 +204,8 @@ def main() -> int:
         f"{results['duration_s']} s",
         report.details(results["scenarios"]),
         node_report.details(results["scenarios"].get("node")),
-        "targets (issues 6, 14 and 22)\n" + report.targets_table(rows),
+        admission.details(results["scenarios"].get("admission")),
+        "targets (issues 6, 14, 20 and 22)\n" + report.targets_table(rows),
     ] if part)
     (out / "summary.txt").write_text(summary + "\n")
     print(summary)

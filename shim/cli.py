@@ -1,4 +1,4 @@
-"""`probe-shim serve`: the daemon's command line."""
+"""`probe-shim serve`: the daemon's command line; `probe-shim webhook ...` is shim/webhook/cli.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from shim import grpc_tuning, logs
 from shim.config import Config, ConfigError, load
 from shim.store import StoreError
+from shim.webhook import cli as webhook_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,11 +45,14 @@ def _parser() -> argparse.ArgumentParser:
                             "(default: none, every netns in one tenancy)")
     serve.add_argument("--allow-host-field", dest="allow_host_field", action="store_const", const=True,
                        help="accept probes with the deprecated host field (SSRF risk; off by default)")
+    webhook_cli.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "webhook":
+        return webhook_cli.run(args)
     overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     try:
         config = load(args.config, overrides)

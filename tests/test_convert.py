@@ -581,3 +581,42 @@ def test_cli_bad_arguments_exit_1(capsys, no_shim, args, fragment):
     code, out, err = run_cli(capsys, *args)
     assert (code, out) == (1, "")
     assert err.startswith("probectl: ") and fragment in err and err.count("\n") == 1
+
+
+# --- what a converted pod carries: the original handlers, the shim nodes' affinity --------------------------------
+
+def test_a_converted_pod_records_its_handlers_and_needs_a_shim_node_and_reverse_takes_both_off():
+    text = pod("readinessProbe: {httpGet: {path: /ready, port: 8080}}\n")
+    out = yaml.safe_load(converted(text))
+    assert json.loads(out["metadata"]["annotations"]["probe-shim.io/original-handlers"]) == {
+        "containers[c].readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}
+    assert out["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "probe-shim.io/bridge", "operator": "In", "values": ["v1alpha1"]}]}]}}}
+    assert parsed(converted(converted(text), reverse=True)) == parsed(text)
+
+
+def test_no_node_affinity_on_request():
+    out = yaml.safe_load(converted(pod("readinessProbe: {tcpSocket: {port: 80}}\n"), node_affinity=False))
+    assert "affinity" not in out["spec"] and "probe-shim.io/original-handlers" in out["metadata"]["annotations"]
+
+
+def test_a_pod_with_nothing_to_convert_gets_nothing():
+    text = pod("readinessProbe: {exec: {command: [true]}}\n")
+    assert parsed(converted(text)) == parsed(text)
+
+
+def test_lenient_conversion_leaves_what_it_cannot_convert_and_says_why():
+    from shim.client.convert import convert_object
+    obj = yaml.safe_load(pod("readinessProbe: {httpGet: {port: 0}}\nlivenessProbe: {tcpSocket: {port: 80}}\n"))
+    result = convert_object(obj)
+    assert result.errors == [] and result.probes == 1
+    assert result.left == ["spec.containers[0].readinessProbe.httpGet.port: Invalid value: 0: "
+                           "must be between 1 and 65535, inclusive"]
+    assert obj["spec"]["containers"][0]["readinessProbe"] == {"httpGet": {"port": 0}}
+
+
+def test_a_pod_field_of_the_wrong_type_where_the_affinity_goes_is_an_error():
+    result = convert(pod("readinessProbe: {tcpSocket: {port: 80}}\n", spec_extra="  affinity: []\n"))
+    assert result.errors == ["spec.affinity: Invalid value: must be a mapping (a list for nodeSelectorTerms): "
+                             "a converted pod records its original handlers and needs a shim node there"]

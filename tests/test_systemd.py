@@ -33,6 +33,8 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim import sdnotify
+from probe_api import rollout
+from shim.client import doctor
 from shim.config import Config, load
 from shim.sdnotify import Notifier
 from tests.daemon_env import DaemonProcess, tcp_spec, wait_for
@@ -114,9 +116,16 @@ def test_unit_lets_the_workers_outlive_a_restart_as_containerds_shims_do():
     assert "StateDirectory" in unit and Config().state_dir.startswith("/var/lib/")
 
 
-def test_kubelet_drop_in_points_the_kubelet_at_the_shims_socket():
+def test_kubelet_drop_in_points_the_kubelet_at_the_shims_socket_and_labels_the_node():
     drop_in = directives(KUBELET_DROP_IN)
-    assert [v.strip('"') for v in drop_in["Environment"]] == [f"PROBE_SHIM_ARGS=--container-runtime-endpoint={Config().listen}"]
+    assert [v.strip('"') for v in drop_in["Environment"]] == [
+        f"PROBE_SHIM_ARGS=--container-runtime-endpoint={Config().listen} "
+        f"--node-labels={rollout.NODE_LABEL}={rollout.NODE_LABEL_VALUE}"]
+    # What `probectl doctor` reads from the kubelet's command line is what the drop-in gives it.
+    argv = ["/usr/bin/kubelet", *drop_in["Environment"][0].strip('"').split("=", 1)[1].split()]
+    assert doctor.node_labels(argv) == {rollout.NODE_LABEL: rollout.NODE_LABEL_VALUE}
+    assert doctor.flag_values(argv, "container-runtime-endpoint") == [Config().listen]
+    assert f"kubectl label node NODE {rollout.NODE_LABEL}={rollout.NODE_LABEL_VALUE}" in KUBELET_DROP_IN.read_text()
     assert drop_in["ExecStart"][0] == "" and drop_in["ExecStart"][1].endswith(" $PROBE_SHIM_ARGS")
     assert f"containerRuntimeEndpoint: {Config().listen}" in KUBELET_DROP_IN.read_text()
     assert drop_in["After"] == ["probe-shim.service"]

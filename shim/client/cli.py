@@ -176,8 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                           f"{convert.MARKER} commands")
     p.add_argument("--allow-host", action="store_true",
                    help="convert handlers that set host (the shim refuses them unless its config allows host)")
+    p.add_argument("--no-node-affinity", dest="node_affinity", action="store_false",
+                   help="do not require a node labelled probe-shim.io/bridge (by the kubelet drop-in): converted "
+                        "pods may then land where no shim answers their probes, and never become Ready there")
     _output_flag(p, default="yaml", choices=convert.OUTPUTS)
     p.set_defaults(handler=cmd_convert)
+
+    p = commands.add_parser("doctor", help="on a node: does the kubelet go through the shim? each finding with a fix")
+    p.add_argument("--kubelet-pid", type=int, help="the kubelet's pid (default: the process named kubelet)")
+    p.set_defaults(handler=cmd_doctor)
 
     p = commands.add_parser("ps", aliases=["probes"], help="list probes")
     _filter_flags(p)
@@ -389,7 +396,7 @@ def cmd_apply(args) -> int:
 def cmd_convert(args) -> int:
     """The converted manifest on stdout, notes on stderr; with any error, nothing on stdout. No shim is called."""
     result = convert.convert(_read_manifest(args.filename), reverse=args.reverse, allow_host=args.allow_host,
-                             output=args.output)
+                             output=args.output, node_affinity=args.node_affinity)
     for message in result.errors or result.notes:
         print(f"probectl: {message}", file=sys.stderr)
     if result.errors:
@@ -397,6 +404,16 @@ def cmd_convert(args) -> int:
     sys.stdout.write(result.text)
     sys.stdout.flush()
     return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    """Every check's finding, a fix under each that failed; exit 1 if any failed. Read-only."""
+    from shim.client import doctor
+
+    with _client(args) as client:
+        findings = doctor.evaluate(doctor.gather(client, args.kubelet_pid))
+    sys.stdout.write(doctor.render(findings))
+    return EXIT_ERROR if any(f.status == doctor.FAIL for f in findings) else EXIT_OK
 
 
 def _listed_probes(client: ProbeShimClient, args) -> list[service_pb.Probe]:

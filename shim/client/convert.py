@@ -50,6 +50,7 @@ from shim.bridge.command import (
     HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
     is_marker, parse_command,
 )
+from shim.client import bridged_pod
 from shim.client.manifest import (
     POD_SPEC_PATHS, InvalidField, find_pod_spec, json_kind, object_name, shown, yaml_problem,
 )
@@ -82,6 +83,7 @@ class ConvertResult:
     text: str = ""                  # the converted manifest; "" when there are errors
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # lenient: what would have been an error, left unchanged
     probes: int = 0                 # probes rewritten (with reverse: restored)
     hooks: int = 0                  # lifecycle hooks rewritten (with reverse: restored)
 
@@ -95,9 +97,16 @@ class _Run:
     reverse: bool
     allow_host: bool
     result: ConvertResult
+    node_affinity: bool = True
+    lenient: bool = False
+
+    def problem(self, text: str) -> None:
+        """A handler (or pod) convert cannot rewrite: an error, or in lenient mode left unchanged and said so."""
+        (self.result.left if self.lenient else self.result.errors).append(text)
 
 
-def convert(text: str, *, reverse: bool = False, allow_host: bool = False, output: str = "yaml") -> ConvertResult:
+def convert(text: str, *, reverse: bool = False, allow_host: bool = False, output: str = "yaml",
+            node_affinity: bool = True) -> ConvertResult:
     """The manifest with its probes and hooks bridged to the shim (or, with reverse, bridged back)."""
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
@@ -116,7 +125,7 @@ def convert(text: str, *, reverse: bool = False, allow_host: bool = False, outpu
     if not documents:
         result.errors.append("the manifest has no objects")
         return result
-    run = _Run(reverse, allow_host, result)
+    run = _Run(reverse, allow_host, result, node_affinity)
     for index, document in enumerate(documents):
         _walk_object(document, f"documents[{index}]." if len(documents) > 1 else "", run)
     if result.errors:
@@ -125,6 +134,15 @@ def convert(text: str, *, reverse: bool = False, allow_host: bool = False, outpu
         result.notes.append(f"no {MARKER} command to restore" if reverse
                             else "no httpGet, tcpSocket or grpc probe or hook to convert")
     result.text = _dump(documents, output)
+    return result
+
+
+def convert_object(obj: dict, *, allow_host: bool = False) -> ConvertResult:
+    """Converts one parsed object in place, leniently: a handler that cannot be converted (a host outside the pod,
+    a port the shim would refuse, a field of the wrong type) is left as it is and said so in `left`, for the
+    admission webhook, which must let such a pod through as it is rather than refuse it. `text` stays empty."""
+    result = ConvertResult()
+    _walk_object(obj, "", _Run(False, allow_host, result, lenient=True))
     return result
 
 
@@ -198,48 +216,84 @@ def _walk_object(obj: object, prefix: str, run: _Run) -> None:
     try:
         path, pod_spec = find_pod_spec(obj, kind, prefix)
     except InvalidField as exc:
-        run.result.errors.append(str(exc))
+        run.problem(str(exc))
         return
-    _walk_pod_spec(pod_spec, path, run)
+    holder = _pod_holder(obj, kind)
+    holder_path = path.rpartition(".")[0] if "." in path else prefix.rstrip(".")
+    if run.reverse:
+        _walk_pod_spec(pod_spec, path, run)
+        bridged_pod.unmark(holder, pod_spec)
+        return
+    unwritable = bridged_pod.problems(holder, pod_spec)
+    if unwritable:
+        where = f"{holder_path}." if holder_path else ""
+        run.problem(f"{where}{unwritable[0]}: Invalid value: must be a mapping (a list for nodeSelectorTerms): "
+                    "a converted pod records its original handlers and needs a shim node there")
+        return
+    originals = _walk_pod_spec(pod_spec, path, run)
+    if originals:
+        bridged_pod.mark(holder, pod_spec, originals, node_affinity=run.node_affinity)
 
 
-def _walk_pod_spec(pod_spec: dict, path: str, run: _Run) -> None:
+def _pod_holder(obj: dict, kind: str) -> dict:
+    """The object whose `spec` is the pod spec: the Pod itself, or a pod template (its metadata is the pod's)."""
+    holder = obj
+    for key in POD_SPEC_PATHS[kind][:-1]:
+        holder = holder[key]
+    return holder
+
+
+def _walk_pod_spec(pod_spec: dict, path: str, run: _Run) -> dict[str, dict]:
+    """Rewrites the pod spec's handlers; returns the original of each it rewrote, by field path
+    (`containers[web].readinessProbe`)."""
+    originals: dict[str, dict] = {}
     # reverse goes on: a native handler is right in any netns.
     if pod_spec.get("hostNetwork") is True and not run.reverse:
         run.result.notes.append(f"{path}.hostNetwork: {HOST_NETWORK_NOTE}")
-        return
+        return originals
     for group in ("initContainers", "containers"):
         containers = pod_spec.get(group)
         if containers is None:
             continue
         if not isinstance(containers, list):
-            run.result.errors.append(f"{path}.{group}: Invalid value: {shown(containers)}: must be a list")
+            run.problem(f"{path}.{group}: Invalid value: {shown(containers)}: must be a list")
             continue
         for index, container in enumerate(containers):
             container_path = f"{path}.{group}[{index}]"
             if not isinstance(container, dict):
-                run.result.errors.append(f"{container_path}: Invalid value: {shown(container)}: "
-                                         "must be a container (a mapping)")
+                run.problem(f"{container_path}: Invalid value: {shown(container)}: must be a container (a mapping)")
                 continue
-            _walk_container(container, container_path, run)
+            name = container.get("name")
+            key = f"{group}[{name if isinstance(name, str) and name else index}]"
+            for field_path, original in _walk_container(container, container_path, run).items():
+                originals[f"{key}.{field_path}"] = original
+    return originals
 
 
-def _walk_container(container: dict, path: str, run: _Run) -> None:
+def _walk_container(container: dict, path: str, run: _Run) -> dict[str, dict]:
     ports = _container_ports(container)
+    originals: dict[str, dict] = {}
     for field_name, role in PROBE_FIELDS.items():
         if container.get(field_name) is not None:  # null is unset, as in the API
-            run.result.probes += _handler(container[field_name], f"{path}.{field_name}", role,
-                                          _PROBE_HANDLERS, HANDLER_KEYS, ports, run)
+            original = _handler(container[field_name], f"{path}.{field_name}", role,
+                                _PROBE_HANDLERS, HANDLER_KEYS, ports, run)
+            if original is not None:
+                run.result.probes += 1
+                originals[field_name] = original
     lifecycle = container.get("lifecycle")
     if lifecycle is None:
-        return
+        return originals
     if not isinstance(lifecycle, dict):
-        run.result.errors.append(f"{path}.lifecycle: Invalid value: {shown(lifecycle)}: must be a mapping")
-        return
+        run.problem(f"{path}.lifecycle: Invalid value: {shown(lifecycle)}: must be a mapping")
+        return originals
     for role in HOOK_ROLES:
         if lifecycle.get(role) is not None:
-            run.result.hooks += _handler(lifecycle[role], f"{path}.lifecycle.{role}", role,
-                                         _HOOK_HANDLERS, HOOK_HANDLER_KEYS, ports, run)
+            original = _handler(lifecycle[role], f"{path}.lifecycle.{role}", role,
+                                _HOOK_HANDLERS, HOOK_HANDLER_KEYS, ports, run)
+            if original is not None:
+                run.result.hooks += 1
+                originals[f"lifecycle.{role}"] = original
+    return originals
 
 
 def _container_ports(container: dict) -> list[spec_pb.ContainerPort]:
@@ -260,41 +314,43 @@ def _container_ports(container: dict) -> list[spec_pb.ContainerPort]:
 # --- one probe or hook -----------------------------------------------------------------------------------------
 
 def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridged_keys: Sequence[str],
-             ports: Sequence[spec_pb.ContainerPort], run: _Run) -> int:
-    """Rewrites (or restores) the handler of one probe or hook in place; 1 if it did, else 0."""
+             ports: Sequence[spec_pb.ContainerPort], run: _Run) -> dict | None:
+    """Rewrites (or restores) the handler of one probe or hook in place; the handler it replaced ({key: action}),
+    or None when it left it."""
     if not isinstance(owner, dict):
-        run.result.errors.append(f"{path}: Invalid value: {shown(owner)}: must be a mapping")
-        return 0
+        run.problem(f"{path}: Invalid value: {shown(owner)}: must be a mapping")
+        return None
     present = [key for key in all_keys if key in owner]
     if len(present) > 1:
         # validateHandler's error, on the second handler; an exec could not take the first one's place.
-        run.result.errors.append(f"{path}.{present[1]}: Forbidden: may not specify more than 1 handler type")
-        return 0
+        run.problem(f"{path}.{present[1]}: Forbidden: may not specify more than 1 handler type")
+        return None
     if run.reverse:
-        return _restore(owner, path, role, bridged_keys, run) if present == ["exec"] else 0
+        return _restore(owner, path, role, bridged_keys, run) if present == ["exec"] else None
     if not present or present[0] not in bridged_keys:
-        return 0  # exec (a marker command too) and sleep stay; no handler is the API server's error
+        return None  # exec (a marker command too) and sleep stay; no handler is the API server's error
     key = present[0]
     action = owner[key]
     handler_path = f"{path}.{key}"
     if not isinstance(action, dict):
-        run.result.errors.append(f"{handler_path}: Invalid value: {shown(action)}: must be a mapping")
-        return 0
+        run.problem(f"{handler_path}: Invalid value: {shown(action)}: must be a mapping")
+        return None
     host = action.get("host")
     if host and not run.allow_host and not (isinstance(host, str) and is_pod_loopback(host)):
-        run.result.errors.append(f"{handler_path}.host: {HOST_FORBIDDEN}")
-        return 0
+        run.problem(f"{handler_path}.host: {HOST_FORBIDDEN}")
+        return None
     try:
         command = command_for(role, {key: action})
     except (TypeError, ValueError) as exc:  # a YAML value JSON has no type for (a timestamp, binary)
-        run.result.errors.append(f"{handler_path}: Invalid value: {exc}: must be JSON data (quote a YAML timestamp)")
-        return 0
+        run.problem(f"{handler_path}: Invalid value: {exc}: must be JSON data (quote a YAML timestamp)")
+        return None
     errors = _shim_errors(command, role, ports)
     if errors:
-        run.result.errors.extend(f"{path}.{error}" for error in errors)
-        return 0
+        for error in errors:
+            run.problem(f"{path}.{error}")
+        return None
     _rename_key(owner, key, "exec", {"command": command})
-    return 1
+    return {key: action}
 
 
 def _shim_errors(command: list[str], role: str, ports: Sequence[spec_pb.ContainerPort]) -> list[str]:
@@ -309,25 +365,25 @@ def _shim_errors(command: list[str], role: str, ports: Sequence[spec_pb.Containe
     return []
 
 
-def _restore(owner: dict, path: str, role: str, bridged_keys: Sequence[str], run: _Run) -> int:
+def _restore(owner: dict, path: str, role: str, bridged_keys: Sequence[str], run: _Run) -> dict | None:
     action = owner["exec"]
     command = action.get("command") if isinstance(action, dict) else None
     if not isinstance(command, list) or not is_marker(command):
-        return 0  # a plain exec
+        return None  # a plain exec
     readable = set(action) == {"command"} and all(isinstance(arg, str) for arg in command)
     found = handler_in(command) if readable else None
     if found is None:
         run.result.notes.append(f"{path}.exec.command: a {MARKER} command that probectl convert did not write "
                                 "(the hand-written flag form?): left unchanged")
-        return 0
+        return None
     written_for, handler = found
     key, restored = next(iter(handler.items()))
     if written_for != role or key not in bridged_keys:
         run.result.notes.append(f"{path}.exec.command: a {MARKER} command for {written_for} {key}, "
                                 f"not for this {role} handler: left unchanged")
-        return 0
+        return None
     _rename_key(owner, "exec", key, restored)
-    return 1
+    return handler
 
 
 def _rename_key(mapping: dict, old: str, new: str, value: object) -> None:

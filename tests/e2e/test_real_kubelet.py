@@ -22,6 +22,8 @@ What each test proves:
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 import os
 import signal
@@ -32,16 +34,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonpatch
 import pytest
 import yaml
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
+from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests import kubelet_env
 from tests.containerd_env import ContainerdEnv, sandbox_network
 from tests.daemon_env import DaemonProcess
 from tests.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
 from tests.netns_env import REPO_ROOT
+from tests.webhook_env import Webhook, admit, review
 
 pytestmark = pytest.mark.e2e
 
@@ -128,7 +133,9 @@ def node(request):
     (workdir / "shim").mkdir(parents=True)
     node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
     node.start_shim()
-    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}").start()
+    # Labelled as the kubelet drop-in labels a shim node: converted pods require it (their node affinity).
+    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}",
+                                  node_labels={NODE_LABEL: NODE_LABEL_VALUE}).start()
     try:
         yield node
     finally:
@@ -319,6 +326,43 @@ def test_a_startup_probe_holds_liveness_back_then_failing_liveness_restarts_the_
     assert k.kubelet.pods()[name].restarts == restarts  # alive: no more restarts
 
 
+# --- the admission webhook -----------------------------------------------------------------------------------------
+
+def test_a_pod_the_webhook_mutated_is_ready_through_the_bridge_and_an_opted_out_one_is_the_kubelets(k, tmp_path):
+    """The pod as the API server would store it after `probe-shim webhook` answered its AdmissionReview, run as a
+    static pod (no API server here): Ready through the bridge on a node labelled as a shim node; the same pod
+    opted out is left as it is, and the kubelet probes the node's 127.0.0.1 for it, as without the shim."""
+    webhook = Webhook(tmp_path)
+    try:
+        admin = free_node_port()
+        image = k.containerd.images.http
+
+        def pod(name: str, **labels) -> dict:
+            out = static_pod(name, k.www(name), [httpd("web", image, listen=f"127.0.0.1:{admin}",
+                                                       readinessProbe=probe(http_get(admin, host="127.0.0.1")))])
+            out["metadata"]["labels"] = labels
+            return out
+
+        admitted = pod("admitted", app="web")
+        answer = admit(webhook, review(admitted, namespace="default"))["response"]
+        assert answer["allowed"] and answer["patchType"] == "JSONPatch" and "warnings" not in answer
+        mutated = jsonpatch.apply_patch(copy.deepcopy(admitted), json.loads(base64.b64decode(answer["patch"])))
+        opted_out = pod("opted-out", **{CONVERT_LABEL: "disabled"})
+        left = admit(webhook, review(opted_out, namespace="default"))["response"]
+        assert "patch" not in left and left["allowed"]
+    finally:
+        assert webhook.stop() == 0
+    names = k.apply(mutated, convert=False), k.apply(opted_out, convert=False)
+    k.wait_ready(names[0])
+    counts = k.kubelet.wait_for_counts("the opted-out pod's probe failing 3 times",
+                                       lambda c: count(c, names[1], "web", "Readiness", "failed") >= 3)
+    assert count(counts, names[0], "web", "Readiness", "successful") >= 1
+    assert not k.kubelet.pods()[names[1]].ready
+    bridged = {p.labels["io.kubernetes.pod.name"] for p in
+               k.shim.stub.ProbeStatus(service_pb.ProbeStatusRequest(), timeout=10).probes}
+    assert names[0] in bridged and names[1] not in bridged
+
+
 # --- hooks ------------------------------------------------------------------------------------------------------------
 
 def test_converted_post_start_and_pre_stop_hooks_reach_the_pod(k):
@@ -399,6 +443,29 @@ def test_faults_under_a_running_kubelet_flip_nothing(k):
     assert recorder.logged_changes() == []
     assert recorder.restarts() == {n: 0 for n in names}
     assert all(k.kubelet.pods()[n].ready for n in names)
+
+
+# --- probectl doctor -------------------------------------------------------------------------------------------------
+
+def doctor(endpoint: str, kubelet_pid: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shim.client.cli", "-r", endpoint, "doctor", "--kubelet-pid",
+                           str(kubelet_pid)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_doctor_says_the_kubelet_goes_through_the_shim_and_what_to_fix_when_not(k):
+    healthy = doctor(f"unix://{k.shim.socket_path}", k.kubelet.proc.pid)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    lines = healthy.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["ok"] * 5, healthy.stdout
+    assert f"uses unix://{k.shim.socket_path} (containerRuntimeEndpoint in its --config file)" in lines[0]
+    assert "containerd" in lines[2]
+    # Asked about containerd's socket instead: the kubelet does not use it, and no shim answers there.
+    wrong = doctor(k.containerd.endpoint, k.kubelet.proc.pid)
+    assert wrong.returncode == 1
+    failed = [line for line in wrong.stdout.splitlines() if line.startswith("FAIL")]
+    assert failed[0].startswith("FAIL  the kubelet's CRI endpoint is the shim:")
+    assert failed[1].startswith("FAIL  the shim answers:")
+    assert wrong.stdout.count("      fix: ") == 2
 
 
 # --- crictl -------------------------------------------------------------------------------------------------------
