@@ -86,6 +86,9 @@ class ServiceConnection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         sock = socket.create_connection(("127.0.0.1", self.port), self.timeout)
+        # As Go's net package does for the API server: http.client writes head and body apart, and Nagle would
+        # hold the body for the server's delayed ACK (40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
