@@ -37,6 +37,7 @@ def test_the_kustomization_lists_every_manifest_and_sets_the_namespace():
     k = kustomization()
     listed = set(k["resources"])
     assert listed == {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    assert k["images"][0]["name"] == objects()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert k["namespace"] == "probe-shim-system"
 
 

@@ -132,7 +132,7 @@ def test_a_client_sending_a_byte_a_second_is_cut_and_others_are_served(webhook):
             cut = True
             break
     assert cut
-    assert time.monotonic() - began <= REQUEST_TIMEOUT_S + 1.0
+    assert time.monotonic() - began <= REQUEST_TIMEOUT_S + 2.0
     answer = slow.sock.recv(4096)
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408")
 
