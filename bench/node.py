@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import psutil
 import yaml
 
@@ -146,9 +147,20 @@ class Rig:
         return sum(s.state == cri_pb.SANDBOX_READY for s in self.containerd.cri.list_sandboxes())
 
     def clear(self, timeout_s: float) -> None:
-        """Every pod gone, and their dead sandboxes too: the next phase's relists see only its own pods."""
+        """Every pod gone, and their dead sandboxes too: the next phase's relists see only its own pods. The
+        kubelet's own garbage collection may be removing the same containers meanwhile ("already in removing
+        state"): what it removes first is gone all the same, so a refused removal is tried again until none is
+        left."""
         self.kubelet.remove_all_pods(pods_gone=lambda: self.running_pods() == 0, timeout_s=timeout_s)
-        self.containerd.remove_all_sandboxes()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.containerd.remove_all_sandboxes()
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(kubelet_env.POLL_S)  # the kubelet's removal in progress: nothing to wait on
 
 
 def run_phase(rig: Rig, phase: str, params: NodeParams) -> dict:

@@ -740,7 +740,11 @@ def running_containerd(unavailable: Callable[[str], NoReturn]) -> Iterator[Conta
     except BaseException:
         env.stop()  # a half-started containerd still has a bridge, mounts and processes to remove
         raise
-    yield env
+    try:
+        yield env
+    except BaseException:
+        env.stop()  # the caller failed (a benchmark's scenario): still nothing may be left running
+        raise
     errors = env.stop()
     assert not errors, f"containerd teardown left things behind: {errors}"
 

@@ -91,7 +91,8 @@ def test_the_deployment_is_highly_available_and_restricted():
     (container,) = pod["containers"]
     assert spec["replicas"] == 2 and o["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
     assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] and security["seccompProfile"]["type"] == "RuntimeDefault"
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["resources"]["requests"] and container["readinessProbe"] and container["livenessProbe"]

@@ -20,9 +20,14 @@ What convert leaves, the API server still validates; what it rewrites, the API s
 rewritten handler is validated here as the shim will validate the command (parse_command: RunProbe's rules, named
 ports against the container's ports), and `host` is refused (blind SSRF, shim/request_rules.py HOST_GATE) unless
 allow_host: the daemon refuses it too unless its config allows it. The pod's own loopback (`127.0.0.1`, `::1`,
-`localhost`: probe_api.pod_loopback) is no such host inside the pod's netns and is converted as it is. A pod spec with `hostNetwork: true` is left as it
-is, with a note: there the pod's netns is the node's, where the kubelet's own probes already run, and the shim never
-probes the node's netns. Any error means no output at all, as kubectl applies nothing from an invalid manifest.
+`localhost`: probe_api.pod_loopback) is no such host inside the pod's netns and is converted as it is. A pod spec
+with `hostNetwork: true` is left as it is, with a note: there the pod's netns is the node's, where the kubelet's
+own probes already run, and the shim never probes the node's netns. Any error means no output at all, as kubectl
+applies nothing from an invalid manifest; `convert_object` (the admission webhook's) leaves what it cannot convert
+and says so instead.
+
+A pod (or template) with a handler rewritten also gets the annotation of its original handlers and a required
+node affinity on the shim nodes' label (shim/client/bridged_pod.py); reverse takes both off.
 
 Messages name the manifest path in Kubernetes' field names (`spec.containers[0].readinessProbe.httpGet.host:
 Forbidden: ...`), prefixed `items[1].` inside a List and `documents[2].` when the text has several documents, as
@@ -66,7 +71,8 @@ HOST_FORBIDDEN = (
     "localhost for the pod's own loopback, or convert with --allow-host where the daemon allows it"
 )
 HOST_NETWORK_NOTE = ("the pod uses the node's network namespace, where the kubelet's own probes already run and "
-                     "the shim never probes (there 127.0.0.1 is the node's loopback): its probes and hooks are left unchanged")
+                     "the shim never probes (there 127.0.0.1 is the node's loopback): its probes and hooks are left "
+                     "unchanged")
 
 # Every handler key of core/v1 Probe and LifecycleHandler: two of them in one handler is the API's error, and the
 # exec convert writes must not land beside another handler.
