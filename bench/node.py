@@ -29,6 +29,7 @@ import grpc
 import psutil
 import yaml
 
+from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
 from shim.client.convert import convert
 from tests import kubelet_env
 from tests.containerd_env import running_containerd
@@ -212,8 +213,9 @@ def run(params: NodeParams) -> dict:
             shim = DaemonProcess(workdir / "shim", ["--runtime-endpoint", containerd.endpoint,
                                                     "--trace-exporter", "none"]).start()
             stack.callback(shim.stop)
-            kubelet = stack.enter_context(kubelet_env.running_kubelet(workdir / "kubelet",
-                                                                      f"unix://{shim.socket_path}"))
+            # A shim node, as the kubelet drop-in labels it: converted pods require the label (their affinity).
+            kubelet = stack.enter_context(kubelet_env.running_kubelet(
+                workdir / "kubelet", f"unix://{shim.socket_path}", node_labels={NODE_LABEL: NODE_LABEL_VALUE}))
             rig = Rig(containerd, shim, kubelet)
             stack.callback(rig.clear, params.ready_timeout_s)
             phases = {phase: run_phase(rig, phase, params) for phase in PHASES}
