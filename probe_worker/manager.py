@@ -150,10 +150,11 @@ class ProbeManager:
             wait_ms = ticker.next_fire() - loop.time() * 1000
             if wait_ms > 0:
                 await asyncio.sleep(wait_ms / 1000)
-            now_ms = loop.time() * 1000
+            # Both clocks read back to back: the tick's due time goes on the wall clock, which the attempt's start
+            # is reported on, and a preemption between the two reads would shift it.
+            now_ms, wall_ns = loop.time() * 1000, time.time_ns()
             due_ms = ticker.consume(now_ms)
-            # The tick's due time on the wall clock, which the attempt's start is reported on.
-            scheduled_at_ns = time.time_ns() - round((now_ms - due_ms) * 1e6)
+            scheduled_at_ns = wall_ns - round((now_ms - due_ms) * 1e6)
             skip = gate(
                 reg.type,
                 now_ms=now_ms,

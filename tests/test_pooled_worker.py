@@ -285,8 +285,10 @@ def test_a_workers_sandboxes_tick_together_each_probe_once_a_period(pod_netns, s
     while min(len(v) for v in due.values()) < 3:
         report = worker.next_event(kinds=("attempt",)).attempt
         due[report.probe_id].append(report.attempt.scheduled_at_unix_ns)
+    # Due times are reported on the wall clock, converted from the loop's clock once per tick: on a loaded machine
+    # that conversion alone can move one by a millisecond or two (seen in a full run: 201 and 199 ms).
     for ticks in due.values():  # each probe once a period, on its grid
-        assert [round((b - a) / 1e6) for a, b in zip(ticks, ticks[1:])] == [period_ms, period_ms]
+        assert all(abs((b - a) / 1e6 - period_ms) <= 2 for a, b in zip(ticks, ticks[1:])), ticks
     offset_ms = (due["second"][0] - due["first"][0]) / 1e6
-    assert abs(offset_ms - period_ms * round(offset_ms / period_ms)) < 1  # the same grid: whole periods apart
+    assert abs(offset_ms - period_ms * round(offset_ms / period_ms)) <= 2  # the same grid: whole periods apart
 
