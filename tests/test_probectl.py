@@ -464,7 +464,7 @@ def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
             if event["probe"]["probeId"] == probe_id and event["probe"]["state"] == "STATE_SUCCESS":
                 break
         proc.send_signal(signal.SIGINT)  # Ctrl-C
-        assert proc.wait(timeout=LINE_TIMEOUT_S) == 0
+        assert proc.wait(timeout=LINE_TIMEOUT_S) == 0, proc.stderr.read()
         assert "Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
