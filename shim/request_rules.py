@@ -29,6 +29,10 @@ MAX_PROTOCOL_BYTES = 8           # TCP, UDP, SCTP
 # The errors of one answer travel as gRPC status details, which clients cap at 8 KiB of
 # metadata: past this many bytes the rest is only counted.
 MAX_ERRORS_BYTES = 4096
+# The same errors as data (FieldViolations) share that 8 KiB, base64-encoded on the wire (4/3 of this): the message
+# and the data together stay under grpc's soft limit, past which a client rejects trailers at random
+# (RESOURCE_EXHAUSTED; seen in a full run with 4 KiB of each).
+MAX_VIOLATIONS_BYTES = 2560
 
 HOST_GATE_DETAIL = (
     "the host field makes the runtime connect to any address the node can reach "
@@ -109,11 +113,12 @@ def field_violations(errors: Sequence[FieldError]) -> service_pb.FieldViolations
     """The errors as data for the answer's trailing metadata: the same ones its message shows."""
     shown = bounded(texts(errors))
     kept = errors[:len(shown)] if len(shown) == len(errors) else errors[:len(shown) - 1]
-    return service_pb.FieldViolations(
-        violations=[service_pb.FieldViolation(field=e.path, type=e.type, value=e.value_text(), detail=e.detail)
-                    for e in kept],
-        omitted=len(errors) - len(kept),
-    )
+    violations = [service_pb.FieldViolation(field=e.path, type=e.type, value=e.value_text(), detail=e.detail)
+                  for e in kept]
+    size = sum(v.ByteSize() + 3 for v in violations)  # each with its tag and length
+    while len(violations) > 1 and size > MAX_VIOLATIONS_BYTES:
+        size -= violations.pop().ByteSize() + 3
+    return service_pb.FieldViolations(violations=violations, omitted=len(errors) - len(violations))
 
 
 def bounded(errors: list[str], max_bytes: int = MAX_ERRORS_BYTES) -> list[str]:

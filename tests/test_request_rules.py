@@ -161,3 +161,17 @@ def test_no_error_text_contains_the_separator():
     """Errors are joined with "; ": a message that contains it would read as two errors."""
     assert "; " not in rules.HOST_GATE
     assert "kubernetes#99425" in rules.HOST_GATE
+
+
+def test_the_message_and_its_field_violations_fit_grpcs_metadata_limit_together():
+    # 64 headers with 256-byte invalid names: far more errors than an answer carries.
+    spec = http_spec(path="x" * 2000, http_headers=[spec_pb.HTTPHeader(name="\r" * 256, value="\n")] * 64)
+    errors = rules.run_probe_errors(run_request(spec=spec, labels={"k" * 300: "v"}), allow_host=False)
+    message = "; ".join(rules.bounded(rules.texts(errors)))
+    data = rules.field_violations(errors)
+    wire = len(message.encode()) + 4 * -(-data.ByteSize() // 3)  # the -bin trailer goes base64-encoded
+    assert wire < 8192 - 512  # grpc's soft limit, with room for the other headers
+    assert data.violations and data.omitted == len(errors) - len(data.violations)
+    shown = [f"{v.field}: {v.type}: {v.value}: {v.detail}" if v.value else f"{v.field}: {v.type}: {v.detail}"
+             for v in data.violations]
+    assert shown == rules.texts(errors)[:len(shown)]  # the first of the errors the message shows, in order
