@@ -129,7 +129,7 @@ def evaluate(facts: Facts) -> list[Finding]:
                  f"it when it registers the node, so on a registered node also `kubectl label node NODE "
                  f"{NODE_LABEL}={NODE_LABEL_VALUE}`")
     if facts.kubelet_pid is None:
-        pass
+        pass  # the first check said so: no kubelet, no flags to read
     elif labels.get(NODE_LABEL) == NODE_LABEL_VALUE:
         findings.append(Finding(OK, check, "in the kubelet's --node-labels (a node registered before needs "
                                            "`kubectl label node` as well)"))
@@ -161,8 +161,11 @@ def render(findings: list[Finding]) -> str:
 
 def find_kubelet(pid: int | None) -> tuple[int | None, list[str]]:
     """The kubelet's pid and command line: the one given, or the process whose executable is named kubelet."""
-    candidates = [psutil.Process(pid)] if pid else [
-        p for p in psutil.process_iter(["name"]) if p.info["name"] == "kubelet"]
+    try:
+        candidates = [psutil.Process(pid)] if pid else [
+            p for p in psutil.process_iter(["name"]) if p.info["name"] == "kubelet"]
+    except psutil.Error:  # --kubelet-pid of a process that is gone: "no kubelet", with its fix
+        return None, []
     for process in candidates:
         try:
             return process.pid, process.cmdline()

@@ -57,9 +57,10 @@ class WebhookConfig:
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason  # the metric's label: a fixed word, never the client's bytes
 
 
 @dataclass
@@ -168,7 +169,7 @@ class WebhookServer:
             await self._send(conn, writer, 408, b"request not received in time\n", close=True)
             return False
         except _Refused as exc:
-            self.metrics.refused.labels(str(exc)).inc()
+            self.metrics.refused.labels(exc.reason).inc()
             await self._send(conn, writer, exc.status, f"{exc}\n".encode(), close=True)
             return False
         if request is None:
@@ -183,7 +184,7 @@ class WebhookServer:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                raise _Refused(exc.error_status_hint, f"bad request: {exc}") from None
+                raise _Refused(exc.error_status_hint, f"bad request: {exc}", "bad request") from None
             if event is h11.NEED_DATA:
                 data = await reader.read(READ_CHUNK)
                 conn.receive_data(data)
@@ -193,11 +194,11 @@ class WebhookServer:
                 request = event
                 length = dict(event.headers).get(b"content-length")
                 if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-                    raise _Refused(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+                    raise _Refused(413, f"request body larger than {MAX_BODY_BYTES} bytes", "body too large")
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY_BYTES:
-                    raise _Refused(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+                    raise _Refused(413, f"request body larger than {MAX_BODY_BYTES} bytes", "body too large")
             elif isinstance(event, h11.EndOfMessage):
                 return request, bytes(body)
             elif isinstance(event, h11.ConnectionClosed):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger("probe_shim.webhook")
 
@@ -40,7 +40,6 @@ class ReloadingContext:
     failures: int = 0                  # loads that failed (the last good context stayed)
     _current: ssl.SSLContext | None = None
     _loaded: tuple = ()
-    _listening: ssl.SSLContext | None = field(default=None, repr=False)
 
     def listening_context(self) -> ssl.SSLContext:
         """The context to listen with: the first load (errors raised: the webhook does not start without a
@@ -48,8 +47,7 @@ class ReloadingContext:
         self._current = server_context(self.cert_file, self.key_file)
         self._loaded = self._files()
         self._current.sni_callback = self._on_hello
-        self._listening = self._current
-        return self._listening
+        return self._current
 
     def _files(self) -> tuple:
         return _identity(self.cert_file), _identity(self.key_file)
