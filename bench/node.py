@@ -30,7 +30,7 @@ import psutil
 import yaml
 
 from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
-from shim.client.convert import convert
+from probectl.convert import convert
 from tests import kubelet_env
 from tests.containerd_env import running_containerd
 from tests.daemon_env import DaemonProcess

@@ -311,8 +311,8 @@ def _daemon_frames(results, board, sandboxes: int):
     from cri_proto import probe_spec_pb2 as spec_pb
     from cri_proto import probe_worker_pb2 as worker_pb
     from probe_api.worker_protocol import encode
-    from shim.registry import _registration
-    from shim.sandboxes import SandboxInfo
+    from shim.state.registry import _registration
+    from shim.sandboxes.resolver import SandboxInfo
 
     specs = _specs({"http": 8080, "tcp": 8081, "grpc": 8082})
     phase_names = {"http": ("connect", "request", "processing", "transfer"), "tcp": ("connect",),
@@ -342,10 +342,10 @@ def _daemon_frames(results, board, sandboxes: int):
 def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     from cri_proto import probe_worker_pb2 as worker_pb
     from probe_api.worker_protocol import FrameDecoder
-    from shim.metrics import ShimMetrics
-    from shim.results import ResultsManager
-    from shim.status import StatusBoard
-    from shim.tracing import AttemptTracer
+    from shim.observe.metrics import ShimMetrics
+    from shim.state.results import ResultsManager
+    from shim.state.board import StatusBoard
+    from shim.observe.tracing import AttemptTracer
 
     board, tracer, metrics = StatusBoard(), AttemptTracer("none"), ShimMetrics()
     results = ResultsManager(board=board, tracer=tracer, metrics=metrics)

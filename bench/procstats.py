@@ -79,10 +79,10 @@ def memory_summary(daemon: ProcessFootprint, zygote: ProcessFootprint | None,
 
 
 def zygote_pid(daemon_pid: int) -> int | None:
-    """The daemon's child running `python -m shim.zygote`."""
+    """The daemon's child running `python -m probe_zygote.main`."""
     try:
         for child in psutil.Process(daemon_pid).children():
-            if "shim.zygote" in " ".join(child.cmdline()):
+            if "probe_zygote" in " ".join(child.cmdline()):
                 return child.pid
     except psutil.Error:
         return None

@@ -320,7 +320,7 @@ def patched_environ(extra: dict[str, str]) -> Iterator[None]:
 
 
 async def serve_proxy(listen: str, upstream_endpoint: str) -> None:
-    from shim.cri_proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
+    from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 
     upstream = upstream_channel(upstream_endpoint)
     server = grpc.aio.server(options=SERVER_OPTIONS)

@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
-from shim.worker_groups import POOLED
+from shim.workers.groups import POOLED
 from tests.netns_env import PodNetns
 
 from bench import promtext
@@ -202,11 +202,11 @@ class RestartRig:
         return {s.id: s.worker.pid for s in listed if s.id in ours}
 
     def track_shim_processes(self) -> None:
-        """The zygote(s) and workers of this state dir (forks of `python -m shim.zygote --handover-dir DIR`)."""
+        """The zygote(s) and workers of this state dir (forks of `python -m probe_zygote.main --handover-dir DIR`)."""
         marker = self.daemon.process.state_dir
         for p in psutil.process_iter(["cmdline"]):
             cmdline = " ".join(p.info["cmdline"] or ())
-            if "shim.zygote" in cmdline and marker in cmdline:
+            if "probe_zygote" in cmdline and marker in cmdline:
                 self.shim_processes.setdefault(p.pid, p)
 
     def _wait_shim_processes(self, timeout_s: float) -> list[int]:

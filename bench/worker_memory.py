@@ -124,10 +124,10 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def shim_processes(daemon_pid: int) -> ShimProcesses:
-    """The daemon's zygote (its `-m shim.zygote` child) and the workers: the zygote's children, and
+    """The daemon's zygote (its `-m probe_zygote.main` child) and the workers: the zygote's children, and
     the daemon's other children (workers it adopted when a zygote died)."""
     children = _children(daemon_pid)
-    zygote = next((pid for pid in children if "shim.zygote" in _cmdline(pid)), None)
+    zygote = next((pid for pid in children if "probe_zygote" in _cmdline(pid)), None)
     adopted = [pid for pid in children if pid != zygote]
     workers = tuple(sorted((_children(zygote) if zygote else []) + adopted))
     return ShimProcesses(daemon_pid, zygote, workers)

@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from shim.client import ProbeShimClient  # noqa: E402
+from probectl import ProbeShimClient  # noqa: E402
 from tests.daemon_env import DaemonProcess  # noqa: E402
 from tests.netns_env import PodNetns, netns_unavailable_reason  # noqa: E402
 
@@ -38,7 +38,7 @@ HTTP_SERVER = (
 
 def probectl(socket: str, *args: str) -> None:
     print(f"$ probectl {' '.join(args)}", flush=True)
-    subprocess.run([sys.executable, "-m", "shim.client.cli", "-r", f"unix://{socket}", *args], cwd=REPO)
+    subprocess.run([sys.executable, "-m", "probectl.cli", "-r", f"unix://{socket}", *args], cwd=REPO)
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ daemon's socket, which the broker passes it; on that socket it says Ready (adopt
 what it queued, and answers Resume with a Snapshot of everything it serves. A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
 Every module the worker needs is imported at the top of this file, so nothing
 is imported after the drop (the interpreter may live under a directory the
-unprivileged uid cannot read). The zygote (shim/zygote_process.py), which is also the
+unprivileged uid cannot read). The zygote (probe_zygote/main.py), which is also the
 broker, calls run() in each forked child with the config it received.
 """
 
@@ -40,7 +40,7 @@ from probe_worker.outbox import Outbox
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
 from probe_worker.socket_source import BrokerSockets
 
-log = logging.getLogger("probe_worker")
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MEMORY = 256 << 20
 DEFAULT_MAX_FILES = 1024

@@ -1,6 +1,6 @@
 """The worker's own network namespace: a new, empty one (`isolate_network`), made before any thread exists.
 
-A worker reaches its sandboxes only through sockets the broker made inside them (shim/netns_broker.py enters
+A worker reaches its sandboxes only through sockets the broker made inside them (probe_zygote/netns_broker.py enters
 their namespaces, not the worker); its own netns has no interface but a loopback that stays down, so a socket it
 made itself would reach nothing.
 

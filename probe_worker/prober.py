@@ -29,7 +29,7 @@ from probe_worker.socket_source import OpenSocket
 from probe_worker.trace import Trace
 from probe_api.validation import effective_timing
 
-log = logging.getLogger("probe_worker")
+log = logging.getLogger(__name__)
 
 # Each kind enforces the probe timeout itself, with the kubelet's own messages.
 # This margin is only a safety net against a bug in a kind that forgets to.

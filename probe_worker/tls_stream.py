@@ -2,7 +2,7 @@
 
 TLS runs through ssl.MemoryBIO over the raw socket, so there is no transport to wind down: closing is the socket's
 RST close (SO_LINGER {1, 0}), immediate whatever the peer does. Every failure is a StreamError whose text is Go's
-(probe_worker.http_rules words them); the TLS contexts are the kubelet's client settings.
+(probe_worker.probes.http.rules words them); the TLS contexts are the kubelet's client settings.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import socket
 import ssl
 
 from probe_api.gostrings import join_host_port
-from probe_worker import http_rules as rules
+from probe_worker.probes.http import rules
 from probe_worker.connect import close_quietly
 
 RECV_SIZE = 64 * 1024

@@ -8,9 +8,10 @@ import logging
 import os
 import sys
 
-from shim import grpc_tuning, logs
+from shim import grpc_tuning
+from shim.observe import logs
 from shim.config import Config, ConfigError, load
-from shim.store import StoreError
+from shim.state.store import StoreError
 from shim.webhook import cli as webhook_cli
 
 
@@ -61,13 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logs.setup(config.log_format)
     grpc_tuning.apply(os.environ)  # read by grpc core once, at its import: must come first
-    from shim import server  # after logging is set up; imports grpc
+    from shim import daemon as server  # after logging is set up; imports grpc
 
     try:
         asyncio.run(server.serve(config))
     # ConfigError: e.g. a socket_group that does not exist; StoreError: e.g. a read-only state dir.
     except (server.AlreadyServing, ConfigError, StoreError) as exc:
-        logging.getLogger("probe_shim").error("%s", exc)
+        logging.getLogger(__name__).error("%s", exc)
         return 1
     return 0
 

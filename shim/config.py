@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from probe_api.defaults import DEFAULT_ENDPOINT, KUBELET_VERSION, WORKER_GID, WORKER_UID
-from shim.worker_groups import DEFAULT_SANDBOXES_PER_WORKER, ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER, POOLED
+from shim.workers.groups import DEFAULT_SANDBOXES_PER_WORKER, ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER, POOLED
 
 
 class ConfigError(Exception):

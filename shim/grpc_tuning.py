@@ -1,7 +1,7 @@
 """gRPC core settings of the daemon process that only the environment can carry. Imports no grpc.
 
 grpc core reads GRPC_EXPERIMENTS once, when grpc is imported, so `apply` must run before the first
-`import grpc` of the daemon (shim/cli.py, before it imports shim.server).
+`import grpc` of the daemon (shim/cli.py, before it imports shim.daemon).
 
 Why: since grpc 1.6x the EventEngine client and listener experiments are on by default. They move every read
 and write of a channel's or a server's socket to EventEngine threads, which then hand each completion to the

@@ -24,7 +24,7 @@ import socket
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
-log = logging.getLogger("probe_shim.sdnotify")
+log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S = 2.0  # systemd drains its socket at once; bound the send all the same
 

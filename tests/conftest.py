@@ -39,7 +39,7 @@ def no_workers_left_behind(tmp_path_factory):
     ours = str(tmp_path_factory.getbasetemp()) + os.sep
     for proc in psutil.process_iter(["cmdline", "ppid"]):
         cmdline = proc.info["cmdline"] or []
-        if "shim.zygote_process" not in cmdline or "--handover-dir" not in cmdline:
+        if "probe_zygote.main" not in cmdline or "--handover-dir" not in cmdline:
             continue
         handover_dir = cmdline[cmdline.index("--handover-dir") + 1] if cmdline[-1] != "--handover-dir" else ""
         if handover_dir.startswith(ours) and proc.info["ppid"] == 1:

@@ -1,4 +1,4 @@
-"""shim/adoption.py: which running workers a restarted daemon adopts, and what it changes in them (pure)."""
+"""shim/workers/adoption.py: which running workers a restarted daemon adopts, and what it changes in them (pure)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 from probe_api.defaults import SHIM_VERSION
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
-from shim.adoption import BROKER_ONLY, SPAWN_FROM, ProbePlan, adoption_verdict, probe_plan, same_registration
-from shim.zygote import ZYGOTE_PROTOCOL_VERSION
+from shim.workers.adoption import BROKER_ONLY, SPAWN_FROM, ProbePlan, adoption_verdict, probe_plan, same_registration
+from probe_api.zygote_protocol import ZYGOTE_PROTOCOL_VERSION
 
 
 def hello(**fields) -> zygote_pb.Hello:

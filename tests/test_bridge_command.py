@@ -3,7 +3,7 @@ ExecSync's bytes, and writing it so that the kubelet's own `$(VAR)` expansion le
 
 Expected error texts are the Kubernetes API validation's words as probe_api/validation.py prints them
 (field.Error: `<path>: <type>: <value>: <detail>`), with Kubernetes' field names, plus the `host` gate of
-shim/request_rules.py. Pure: no sockets, no daemon.
+shim/api/request_rules.py. Pure: no sockets, no daemon.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from shim.bridge.command import (
     HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, ROLES, BadArguments, BridgedCall, command_for, handler_in,
     is_marker, marker_exec, parse_command,
 )
-from shim.request_rules import HOST_GATE
+from shim.api.request_rules import HOST_GATE
 
 M = MARKER
 PORTS = (spec_pb.ContainerPort(name="web", container_port=8080, protocol="TCP"),
@@ -443,7 +443,7 @@ def test_errors_are_bounded_like_runprobes():
     headers = [arg for i in range(60) for arg in ("--header", f"bad name {i}: v")]  # 60 errors of ~200 bytes
     (*shown, rest) = refusal("readiness", "--http-get", ":80", *headers)
     assert 1 <= len(shown) < 60
-    assert len("; ".join(shown).encode()) <= 4096  # shim.request_rules.MAX_ERRORS_BYTES
+    assert len("; ".join(shown).encode()) <= 4096  # shim.api.request_rules.MAX_ERRORS_BYTES
     assert rest.startswith("and ") and rest.endswith(" more errors")
 
 

@@ -28,7 +28,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from shim.bridge.containers import (
     ContainerInfo, ContainerNotFound, CriContainers, container_from_listing, ports_from_annotation,
 )
-from shim.sandboxes import RuntimeUnavailable
+from shim.sandboxes.resolver import RuntimeUnavailable
 from tests.fake_cri import Block, Fail, FakeCri, Respond
 
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"

@@ -21,8 +21,8 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client import (NotFoundError, ProbeShimClient, RuntimeUnavailableError, ShimError, ShimUnavailable)
-from shim.client.client import ENDPOINT_ENV
+from probectl import (NotFoundError, ProbeShimClient, RuntimeUnavailableError, ShimError, ShimUnavailable)
+from probectl.client import ENDPOINT_ENV
 from tests.daemon_env import DaemonProcess, tcp_spec
 from tests.netns_env import REPO_ROOT, listen
 

@@ -1,4 +1,4 @@
-"""Kubernetes manifests -> probe registrations (shim/client/manifest.py): pure, table-driven."""
+"""Kubernetes manifests -> probe registrations (probectl/manifest.py): pure, table-driven."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client.manifest import EXEC_NOTE, ManifestProbe, probes_from_manifest
+from probectl.manifest import EXEC_NOTE, ManifestProbe, probes_from_manifest
 
 POD = textwrap.dedent("""\
     apiVersion: v1

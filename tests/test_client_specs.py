@@ -1,4 +1,4 @@
-"""probectl's probe syntax (shim/client/specs.py): durations and handlers, table-driven, no I/O."""
+"""probectl's probe syntax (probectl/specs.py): durations and handlers, table-driven, no I/O."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client.specs import (IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action,
+from probectl.specs import (IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action,
                                parse_duration_ms, parse_header, tcp_socket_action)
 
 

@@ -1,4 +1,4 @@
-"""probectl convert (shim/client/convert.py and the `convert` command): pure, no daemon, no root.
+"""probectl convert (probectl/convert.py and the `convert` command): pure, no daemon, no root.
 
 Goldens: tests/golden/convert/<kind>.yaml -> <kind>.converted.yaml, compared exactly. After a deliberate change
 of the output, regenerate them with `PROBECTL_UPDATE_GOLDEN=1 pytest tests/test_convert.py` and read the diff.
@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from shim.bridge.command import MARKER, command_for, handler_in
-from shim.client import cli
-from shim.client.convert import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert
+from probectl import cli
+from probectl.convert import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert
 
 GOLDEN = Path(__file__).parent / "golden" / "convert"
 KINDS = ("pod", "deployment", "statefulset", "daemonset", "replicaset", "job", "cronjob", "list")
@@ -607,7 +607,7 @@ def test_a_pod_with_nothing_to_convert_gets_nothing():
 
 
 def test_lenient_conversion_leaves_what_it_cannot_convert_and_says_why():
-    from shim.client.convert import convert_object
+    from probectl.convert import convert_object
     obj = yaml.safe_load(pod("readinessProbe: {httpGet: {port: 0}}\nlivenessProbe: {tcpSocket: {port: 80}}\n"))
     result = convert_object(obj)
     assert result.errors == [] and result.probes == 1

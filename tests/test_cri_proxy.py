@@ -1,4 +1,4 @@
-"""The transparent CRI proxy (shim/cri_proxy.py).
+"""The transparent CRI proxy (shim/cri/proxy.py).
 
 The pure rules (which paths, which metadata, which endpoint forms) are tested alone. Everything else goes through
 real sockets: a client -> a grpc.aio server carrying the proxy handler (and a health servicer, as the daemon's
@@ -23,10 +23,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.endpoints import upstream_target
-from shim import cri_proxy
+from shim.cri import proxy as cri_proxy
 from shim.bridge.answer import FORWARD, Answer, StatusAnswer
 from shim.bridge.command import MARKER, command_for, marker_exec
-from shim.cri_proxy import cri_proxy_handler, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, upstream_channel
 from tests.fake_cri import Block, Echo, Fail, FakeCri, Respond, Stream
 
 RUNTIME = "/runtime.v1.RuntimeService"

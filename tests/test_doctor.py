@@ -1,9 +1,9 @@
-"""`probectl doctor`'s judgement (shim/client/doctor.py) on facts as a node gives them, without a node: the
+"""`probectl doctor`'s judgement (probectl/doctor.py) on facts as a node gives them, without a node: the
 kubelet's flags and config file, the shim's answers. The real kubelet's side is in tests/e2e/test_real_kubelet.py."""
 
 from __future__ import annotations
 
-from shim.client.doctor import FAIL, OK, Facts, evaluate, flag_values, node_labels, read_kubelet_config, render
+from probectl.doctor import FAIL, OK, Facts, evaluate, flag_values, node_labels, read_kubelet_config, render
 
 SHIM = "unix:///run/probe-shim/probe-shim.sock"
 KUBEADM_ARGV = ["/usr/bin/kubelet", "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",

@@ -29,9 +29,9 @@ import pytest
 from cri_proto import grpc_health_pb2 as health_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.grpc_codes import attempt_grpc_status
-from probe_worker import grpc_rules as rules
+from probe_worker.probes.grpc import rules
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
-from probe_worker.probes import grpc as grpc_probe
+from probe_worker.probes.grpc import executor as grpc_probe
 from tests.servers.http_server import make_self_signed
 
 SERVERS = Path(__file__).resolve().parent / "servers"
@@ -252,7 +252,7 @@ def test_http1_server_is_a_connect_timeout(local_server):
 
 def test_grpc_is_not_imported_by_the_worker_side():
     code = (
-        "import sys, probe_worker.probes.grpc, probe_worker.probes.tcp\n"
+        "import sys, probe_worker.probes.grpc.executor, probe_worker.probes.tcp\n"
         "loaded = sorted(m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'grpc_', '_grpc')))\n"
         "print(loaded)\n"
         "sys.exit(1 if loaded else 0)\n"
@@ -265,8 +265,9 @@ NO_LATE_IMPORTS = r"""
 import asyncio, socket, sys
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import AttemptContext, Endpoint
-from probe_worker import grpc_rules as rules
-from probe_worker.probes import grpc as grpc_probe, tcp as tcp_probe
+from probe_worker.probes.grpc import rules
+from probe_worker.probes import tcp as tcp_probe
+from probe_worker.probes.grpc import executor as grpc_probe
 
 class NoImports:
     def find_spec(self, name, path=None, target=None):

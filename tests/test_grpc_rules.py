@@ -6,7 +6,7 @@ import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_api import grpc_codes as codes
-from probe_worker import grpc_rules as rules
+from probe_worker.probes.grpc import rules
 from probe_api.gostrings import go_quote
 from probe_worker.attempt import FAILURE, SUCCESS
 

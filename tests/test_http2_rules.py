@@ -1,4 +1,4 @@
-"""probe_worker.http2_rules and the frame handling of probe_worker.http2_exchange, without a server.
+"""probe_worker.probes.http.h2_rules and the frame handling of probe_worker.probes.http.h2_exchange, without a server.
 
 Expected values are Go's: golang.org/x/net/http2 (transport.go encodeRequestHeaders/handleResponse, frame.go
 readMetaFrame/checkPseudos/ReadFrame, errors.go) and internal/httpcommon EncodeHeaders.
@@ -13,9 +13,9 @@ import hpack
 import hyperframe.frame as frames
 import pytest
 
-from probe_worker import http2_rules as rules
-from probe_worker import http_rules
-from probe_worker.http2_exchange import OPENING, H2Exchange, request_frames
+from probe_worker.probes.http import h2_rules as rules
+from probe_worker.probes.http import rules as http_rules
+from probe_worker.probes.http.h2_exchange import OPENING, H2Exchange, request_frames
 from probe_worker.tls_stream import Stream, StreamError
 
 UA = "kube-probe/1.37"

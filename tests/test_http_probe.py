@@ -11,7 +11,7 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import FAILURE, SUCCESS, UNKNOWN, WARNING, AttemptContext, Endpoint, Outcome
-from probe_worker.probes import http
+from probe_worker.probes.http import executor as http
 from tests.servers.http_server import HTTPTestServer, server_tls_context
 
 UA = "kube-probe/1.32"

@@ -1,11 +1,11 @@
-"""The kubelet HTTP probe's decisions (probe_worker.http_rules), without sockets."""
+"""The kubelet HTTP probe's decisions (probe_worker.probes.http.rules), without sockets."""
 
 import pytest
 
-from probe_worker import http_rules as rules
+from probe_worker.probes.http import rules
 from probe_worker.attempt import FAILURE, SUCCESS, UNKNOWN, WARNING
-from probe_worker.http_rules import Header, ProbeRequest
-from probe_worker.http_url import URLError, parse
+from probe_worker.probes.http.rules import Header, ProbeRequest
+from probe_worker.probes.http.url import URLError, parse
 
 UA = "kube-probe/1.32"
 

@@ -3,7 +3,7 @@
 import pytest
 
 from probe_api.gostrings import go_quote
-from probe_worker.http_url import PATH, GoURL, URLError, Userinfo, escape, parse, split_host_port, unescape
+from probe_worker.probes.http.url import PATH, GoURL, URLError, Userinfo, escape, parse, split_host_port, unescape
 
 
 @pytest.mark.parametrize(

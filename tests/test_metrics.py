@@ -1,4 +1,4 @@
-"""shim/metrics.py: the kubelet's prober metrics, the shim's own, and the /metrics endpoint."""
+"""shim/observe/metrics.py: the kubelet's prober metrics, the shim's own, and the /metrics endpoint."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
-from shim.metrics import GO_DEFAULT_BUCKETS, ShimMetrics, parse_listen
-from shim.results import ProbeLabels
+from shim.observe.metrics import GO_DEFAULT_BUCKETS, ShimMetrics, parse_listen
+from shim.state.results import ProbeLabels
 
 POD = dict(container="web", pod="web-0", namespace="shop", pod_uid="uid-1")
 

@@ -7,7 +7,7 @@ import tomllib
 
 from tests.netns_env import REPO_ROOT
 
-TOP_LEVEL = ("cri_proto", "probe_api", "probe_worker", "shim")
+TOP_LEVEL = ("cri_proto", "probe_api", "probe_worker", "probe_zygote", "probectl", "shim")
 
 
 def test_every_package_is_listed_in_pyproject():

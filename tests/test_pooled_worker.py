@@ -1,7 +1,7 @@
 """One unprivileged worker serving several sandboxes, through sockets the netns broker makes in each one's netns.
 
 Real network namespaces (two "pods" with the same pod IP, as overlapping pod networks have), a real worker process
-(`python -m probe_worker`) and the real broker (shim/netns_broker.py, served in a thread by tests/worker_harness.py,
+(`python -m probe_worker`) and the real broker (probe_zygote/netns_broker.py, served in a thread by tests/worker_harness.py,
 or called directly). Which netns a socket lives in is read from the kernel (ioctl SIOCGSKNS), not inferred.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.socket_source import BATCH, BrokerSockets, BrokerUnavailable
-from shim.netns_broker import BrokerError, NetnsBroker
+from probe_zygote.netns_broker import BrokerError, NetnsBroker
 from tests.netns_env import PodNetns, listen
 from tests.worker_harness import Rejected, ThreadBroker
 

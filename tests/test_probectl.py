@@ -1,7 +1,7 @@
 """probectl end to end: the real CLI against a real `probe-shim serve --runtime-endpoint none`, real netns and servers.
 
 Most commands run in-process through main(argv) with captured output; exit codes, the unreachable shim,
-argument errors and watch run as `python -m shim.client.cli` subprocesses. Every wait is on something the
+argument errors and watch run as `python -m probectl.cli` subprocesses. Every wait is on something the
 daemon or the CLI sends (a watch event, a line), bounded by a deadline; nothing sleeps to let time pass.
 """
 
@@ -22,7 +22,7 @@ import yaml
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client import cli, render
+from probectl import cli, render
 from tests.daemon_env import DaemonProcess, status, wait_for
 from tests.netns_env import REPO_ROOT, listen
 
@@ -50,10 +50,10 @@ def probectl(daemon, capsys):
 
 
 def probectl_process(*args: str, timeout: float = 30) -> Result:
-    """The console script's code path: `python -m shim.client.cli ...` in a fresh interpreter."""
+    """The console script's code path: `python -m probectl.cli ...` in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     env.pop("PROBE_SHIM_ENDPOINT", None)
-    done = subprocess.run([sys.executable, "-m", "shim.client.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "probectl.cli", *args], capture_output=True, text=True,
                           cwd=REPO_ROOT, env=env, timeout=timeout)
     return Result(done.returncode, done.stdout, done.stderr)
 
@@ -450,7 +450,7 @@ def read_line(proc: subprocess.Popen, deadline: float) -> str:
 
 def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "shim.client.cli", "-r", f"unix://{daemon.socket_path}",
+    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", f"unix://{daemon.socket_path}",
                              "watch", "--pod", pod_netns.name, "-o", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
     try:
@@ -478,7 +478,7 @@ def test_watch_table_with_attempts(daemon, probectl, pod_netns, servers):
     ids = run_three(probectl, pod_netns, servers)
     wait_probed(daemon, ids["http"])
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "shim.client.cli", "-r", f"unix://{daemon.socket_path}",
+    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", f"unix://{daemon.socket_path}",
                              "watch", "--container", "web", "--attempts"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
     try:
@@ -508,7 +508,7 @@ def test_watch_carries_on_across_a_daemon_restart(tmp_path, pod_netns):
     first = DaemonProcess(tmp_path).start()
     endpoint = f"unix://{first.socket_path}"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "shim.client.cli", "-r", endpoint, "watch", "-o", "json"],
+    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", endpoint, "watch", "-o", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
     second = None
     try:

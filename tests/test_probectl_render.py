@@ -11,7 +11,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probectl_pb2 as probectl_pb
-from shim.client import render
+from probectl import render
 
 NOW = 1_700_000_000 * 10**9
 SECOND = 10**9
@@ -341,7 +341,7 @@ def test_json_fields_come_in_field_number_order_like_gos_protojson():
 
 
 def test_workers_are_one_row_per_group_whatever_the_order_of_the_sandboxes():
-    from shim.client.cli import _measure_workers
+    from probectl.cli import _measure_workers
 
     def sandbox(sid: str, group: str, probes: int, restarts: int = 0) -> service_pb.ProbeSandbox:
         # pid 0: a worker in backoff, nothing for psutil to read (and no measuring interval)

@@ -5,7 +5,7 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import validation as v
-from shim import request_rules as rules
+from shim.api import request_rules as rules
 
 
 def http_spec(**kw):

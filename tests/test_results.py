@@ -1,4 +1,4 @@
-"""shim/results.py: worker events in, the status board, spans and the kubelet's metrics out; emit on change."""
+"""shim/state/results.py: worker events in, the status board, spans and the kubelet's metrics out; emit on change."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from shim.metrics import ShimMetrics
-from shim.results import ResultsManager
-from shim.sandboxes import SandboxInfo
-from shim.status import StatusBoard
-from shim.tracing import AttemptTracer
+from shim.observe.metrics import ShimMetrics
+from shim.state.results import ResultsManager
+from shim.sandboxes.resolver import SandboxInfo
+from shim.state.board import StatusBoard
+from shim.observe.tracing import AttemptTracer
 
 SANDBOX = SandboxInfo(id="sb-1", netns_path="/var/run/netns/x", name="web-0", namespace="shop", uid="uid-1")
 NOW = 1_700_000_000 * 10**9

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from shim.sandbox_cache import ResolvedSandboxes, fresh, open_pidfd, pidfd_exited
-from shim.sandboxes import SandboxInfo, SandboxNotFound, SandboxNotReady
+from shim.sandboxes.cache import ResolvedSandboxes, fresh, open_pidfd, pidfd_exited
+from shim.sandboxes.resolver import SandboxInfo, SandboxNotFound, SandboxNotReady
 
 PAUSE = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # lives until its stdin closes
 

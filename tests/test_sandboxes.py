@@ -7,8 +7,8 @@ import os
 import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from shim import sandboxes
-from shim.sandboxes import (SandboxNotReady, NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status,
+from shim.sandboxes import resolver as sandboxes
+from shim.sandboxes.resolver import (SandboxNotReady, NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status,
                             sandbox_gone_reason)
 
 NETNS = "/run/containerd-test/io.containerd.grpc.v1.cri/netns/cni-1234"

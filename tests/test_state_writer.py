@@ -1,4 +1,4 @@
-"""shim/state_writer.py and the board's resume point: what survives a restart, written only when it changes.
+"""shim/state/writer.py and the board's resume point: what survives a restart, written only when it changes.
 
 A real SQLite store in tmp_path and a real StatusBoard on a real event loop; the writer's delays are shortened
 and every wait is on the writer's own flush.
@@ -10,9 +10,9 @@ import asyncio
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.state_writer import REVISION_BLOCK, BoardIdentity, StateWriter, board_identity, durable_key
-from shim.status import StatusBoard
-from shim.store import ProbeStore
+from shim.state.writer import REVISION_BLOCK, BoardIdentity, StateWriter, board_identity, durable_key
+from shim.state.board import StatusBoard
+from shim.state.store import ProbeStore
 
 S, F = spec_pb.STATE_SUCCESS, spec_pb.STATE_FAILURE
 

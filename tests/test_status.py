@@ -12,7 +12,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.status import Change, StatusBoard, changes_since, matches, replay_responses, snapshot_responses
+from shim.state.board import Change, StatusBoard, changes_since, matches, replay_responses, snapshot_responses
 
 SNAPSHOT, COMPLETE = service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE
 UPDATED, REMOVED, ATTEMPT, RESYNC = service_pb.UPDATED, service_pb.REMOVED, service_pb.ATTEMPT, service_pb.RESYNC

@@ -18,8 +18,8 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim import store as store_mod
-from shim.store import (CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable, decode_registration,
+from shim.state import store as store_mod
+from shim.state.store import (CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable, decode_registration,
                         registration_of)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -262,7 +262,7 @@ def test_saved_probe_survives_sigkill_right_after_save_returns(db_path):
         import os, signal, sys
         sys.path.insert(0, {str(REPO_ROOT)!r})
         from tests.test_store import registration
-        from shim.store import ProbeStore
+        from shim.state.store import ProbeStore
         store = ProbeStore({str(db_path)!r})
         store.save(registration("before", container="c0"))
         store.save(registration("acked", container="c1"))
@@ -283,7 +283,7 @@ def test_corrupt_rows_are_skipped_logged_and_reported(db_path, caplog):
         raw.execute("UPDATE probes SET registration = ? WHERE probe_id = 'foreign'",
                     (registration("someone-else").SerializeToString(),))
         raw.execute("UPDATE probes SET registration = 'plain text' WHERE probe_id = 'text'")
-    caplog.set_level(logging.ERROR, logger="probe_shim.store")
+    caplog.set_level(logging.ERROR, logger="shim.state.store")
     with ProbeStore(db_path) as store:
         assert store.load_all() == [registration("good", container="good")]
         skipped = {row.probe_id: row.reason for row in store.corrupt_rows}
@@ -292,7 +292,7 @@ def test_corrupt_rows_are_skipped_logged_and_reported(db_path, caplog):
         assert "someone-else" in skipped["foreign"]
         assert "not a blob" in skipped["text"]
         assert all(isinstance(row, CorruptRow) for row in store.corrupt_rows)
-        logged = {r.probe_id for r in caplog.records if r.name == "probe_shim.store"}
+        logged = {r.probe_id for r in caplog.records if r.name == "shim.state.store"}
         assert logged == {"garbage", "foreign", "text"}
         # A corrupt row does not block saving that probe again, which repairs it.
         store.save(registration("garbage", container="garbage"))

@@ -19,9 +19,10 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from shim.supervisor import Backoff, SandboxTarget, WorkerRejected, WorkerSupervisor, WorkerUnavailable
-from shim.worker_groups import STRICT
-from shim.zygote import WorkerExit, Zygote
+from shim.workers.supervisor import Backoff, SandboxTarget, WorkerRejected, WorkerSupervisor, WorkerUnavailable
+from shim.workers.groups import STRICT
+from shim.workers.zygote_handle import Zygote
+from probe_api.zygote_protocol import WorkerExit
 from tests.netns_env import listen
 
 WAIT_S = 15

@@ -34,7 +34,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim import sdnotify
 from probe_api import rollout
-from shim.client import doctor
+from probectl import doctor
 from shim.config import Config, load
 from shim.sdnotify import Notifier
 from tests.daemon_env import DaemonProcess, tcp_spec, wait_for
@@ -285,7 +285,7 @@ def test_daemon_notifies_ready_watchdog_and_stopping(tmp_path, monkeypatch):
             assert ready == [f"READY=1\nSTATUS=serving on unix://{daemon.socket_path}".encode()]
             receive_until(receiver, b"WATCHDOG=1")
             # The zygote (and so every worker) was started without the notify socket in its environment.
-            (zygote,) = [p for p in psutil.Process(daemon.proc.pid).children() if "shim.zygote_process" in p.cmdline()]
+            (zygote,) = [p for p in psutil.Process(daemon.proc.pid).children() if "probe_zygote.main" in p.cmdline()]
             assert "NOTIFY_SOCKET" not in zygote.environ() and "WATCHDOG_USEC" not in zygote.environ()
         finally:
             assert daemon.stop(signal.SIGTERM) == 0

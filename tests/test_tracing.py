@@ -1,4 +1,4 @@
-"""shim/tracing.py: attempts become span trees with the attempt's own timestamps."""
+"""shim/observe/tracing.py: attempts become span trees with the attempt's own timestamps."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
-from shim.results import ProbeLabels
-from shim.tracing import MAX_PHASE_SPANS, AttemptTracer, grpc_status_attributes, split_address
+from shim.state.results import ProbeLabels
+from shim.observe.tracing import MAX_PHASE_SPANS, AttemptTracer, grpc_status_attributes, split_address
 
 T0 = 1_700_000_000_123_456_789  # attempt start, ns since the epoch
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

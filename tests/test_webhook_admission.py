@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, ORIGINAL_HANDLERS_ANNOTATION
-from shim.client.convert import convert
+from probectl.convert import convert
 from shim.webhook import admission
 from tests.webhook_env import review
 

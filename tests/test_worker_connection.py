@@ -1,4 +1,4 @@
-"""The daemon's end of a worker's socketpair (shim/worker_connection.py), over a real socketpair.
+"""The daemon's end of a worker's socketpair (shim/workers/connection.py), over a real socketpair.
 
 The worker's side is played by the test, writing frames as probe_worker/main.py does.
 """
@@ -13,7 +13,7 @@ import pytest
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import FrameDecoder, encode
-from shim.worker_connection import WorkerConnection
+from shim.workers.connection import WorkerConnection
 
 async def _resume_sent(seen: list[str], on_reply) -> tuple[WorkerConnection, asyncio.Future, int, socket.socket]:
     """A connection past the worker's Ready, with a Resume sent: (conn, its reply, its seq, the worker's end)."""

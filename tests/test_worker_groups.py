@@ -1,4 +1,4 @@
-"""The grouping rules (shim/worker_groups.py): which worker serves which sandbox. Pure, no process."""
+"""The grouping rules (shim/workers/groups.py): which worker serves which sandbox. Pure, no process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shim.worker_groups import (
+from shim.workers.groups import (
     POOLED,
     STRICT,
     GroupView,

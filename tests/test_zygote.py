@@ -21,9 +21,10 @@ import pytest
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import AsyncChannel
 from probe_worker.main import EXIT_BROKER_GONE
-from shim.worker_process import set_child_subreaper
-from shim.zygote import WorkerExit, Zygote, ZygoteError, exit_from_waitid
-from shim.zygote_prefork import executed_code, relocate_code
+from shim.workers.process import set_child_subreaper
+from shim.workers.zygote_handle import Zygote, ZygoteError
+from probe_api.zygote_protocol import WorkerExit, exit_from_waitid
+from probe_zygote.prefork import executed_code, relocate_code
 from tests.import_report import import_report
 from tests.netns_env import REPO_ROOT
 
@@ -46,14 +47,14 @@ def test_exit_descriptions():
 # --- the zygote process ---------------------------------------------------------------------
 
 def test_zygote_module_imports_no_grpc_and_starts_no_thread():
-    modules, threads = import_report("shim.zygote_process")
+    modules, threads = import_report("probe_zygote.main")
     assert modules & set(FORBIDDEN) == set()
     assert threads == 1
     assert {"probe_worker", "h11", "h2", "asyncio", "ssl"} <= modules
 
 
 def test_the_daemons_side_of_the_zygote_imports_nothing_of_the_worker():
-    modules, _ = import_report("shim.zygote")
+    modules, _ = import_report("shim.workers.zygote_handle")
     assert "probe_worker" not in modules and modules & set(FORBIDDEN) == set()
 
 

@@ -1,7 +1,7 @@
 """Drives a real probe worker process over its socketpair, the way the daemon does, with a real netns broker.
 
 The worker is started on its own (`python -m probe_worker --fd N --broker-fd M`) rather than forked by the
-zygote; its broker is shim.netns_broker.NetnsBroker, the zygote's own, served here in a thread (setns moves
+zygote; its broker is probe_zygote.netns_broker.NetnsBroker, the zygote's own, served here in a thread (setns moves
 only that thread). The harness assigns the worker one sandbox (a netns) and adds it, as the supervisor does
 for each sandbox of a group; `add_sandbox` adds more.
 """
@@ -20,7 +20,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import BlockingChannel
 from probe_worker.pod_ips import discover_pod_ips
-from shim.netns_broker import BrokerError, NetnsBroker
+from probe_zygote.netns_broker import BrokerError, NetnsBroker
 from tests.netns_env import REPO_ROOT
 
 DEFAULT_SANDBOX = "test-sandbox"

@@ -1,4 +1,6 @@
-"""Probe kinds, one module each, all with the signature of probe_worker.attempt.ProbeFn."""
+"""Probe kinds, one executor each, all with the signature of probe_worker.attempt.ProbeFn.
+
+tcp.py is one module; http/ and grpc/ hold their executor beside its pure rules and wire code."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import ProbeFn
-from probe_worker.probes import grpc, http, tcp
+from probe_worker.probes import tcp
+from probe_worker.probes.grpc import executor as grpc
+from probe_worker.probes.http import executor as http
 
 
 @dataclass(frozen=True)

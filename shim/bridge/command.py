@@ -24,7 +24,7 @@ The kubelet expands `$(VAR)` in an exec probe's command from the container's sta
 writes every `$` of a probe's JSON as `$$`, which the kubelet's expansion turns back into exactly what was written.
 
 Errors name the field in Kubernetes' words (`httpGet.port: Invalid value: 0: must be between 1 and 65535,
-inclusive`), with RunProbe's validation and `host` gate (shim/request_rules.py).
+inclusive`), with RunProbe's validation and `host` gate (shim/api/request_rules.py).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
 from probe_api.validation import probe_errors
-from shim.client import specs
-from shim.client.manifest import InvalidField, handler_spec, kubernetes_error
-from shim.request_rules import bounded, host_field_errors
+from probectl import specs
+from probectl.manifest import InvalidField, handler_spec, kubernetes_error
+from shim.api.request_rules import bounded, host_field_errors
 
 MARKER = "cri-probe-shim"
 PROBE_ROLES: dict[str, int] = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS,

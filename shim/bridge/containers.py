@@ -22,7 +22,7 @@ import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.sandboxes import RUNTIME_SERVICE, RuntimeUnavailable
+from shim.sandboxes.resolver import RUNTIME_SERVICE, RuntimeUnavailable
 
 POD_NAME_LABEL = "io.kubernetes.pod.name"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"

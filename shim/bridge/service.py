@@ -29,12 +29,12 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from shim.bridge import answer
 from shim.bridge.command import HOOK_ROLES, ROLES, BadArguments, BridgedCall, marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
-from shim.sandbox_cache import ResolvedSandboxes
-from shim.sandboxes import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
-from shim.results import ResultsManager
-from shim.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
+from shim.sandboxes.cache import ResolvedSandboxes
+from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.state.results import ResultsManager
+from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
 
-log = logging.getLogger("probe_shim.bridge")
+log = logging.getLogger(__name__)
 
 # Past the probe's own timeout, how long the worker may take to answer (spawning it included) before the kubelet
 # is told the command timed out. The engine ends a probe at its timeout with the kubelet's own text.

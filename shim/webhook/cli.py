@@ -10,7 +10,7 @@ import ssl
 import sys
 from pathlib import Path
 
-from shim import logs
+from shim.observe import logs
 
 DEFAULT_SERVICE = "probe-shim-webhook"
 DEFAULT_NAMESPACE = "probe-shim-system"
@@ -77,6 +77,6 @@ def _serve(args) -> int:
     try:
         asyncio.run(serve(config))
     except (OSError, ssl.SSLError) as exc:  # no certificate, a port in use: one line, exit 1
-        logging.getLogger("probe_shim.webhook").error("cannot serve: %s", exc)
+        logging.getLogger(__name__).error("cannot serve: %s", exc)
         return 1
     return 0

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from shim.webhook import admission
 from shim.webhook.tls import ReloadingContext
 
-log = logging.getLogger("probe_shim.webhook")
+log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 10.0

@@ -16,7 +16,7 @@ import os
 import ssl
 from dataclasses import dataclass
 
-log = logging.getLogger("probe_shim.webhook")
+log = logging.getLogger(__name__)
 
 
 def _identity(path: str) -> tuple:

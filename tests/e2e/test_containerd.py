@@ -193,7 +193,7 @@ def host_http_body(url: str) -> str | None:
 
 
 def probectl(shim, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shim.client.cli", "-r", f"unix://{shim.socket_path}", *args],
+    return subprocess.run([sys.executable, "-m", "probectl.cli", "-r", f"unix://{shim.socket_path}", *args],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
 
 
@@ -445,7 +445,7 @@ def census(shim, netns_dir: str, session_dir: str) -> Census:
     zygotes = []
     for child in psutil.Process(daemon).children():
         with contextlib.suppress(psutil.NoSuchProcess):
-            if "shim.zygote" in " ".join(child.cmdline()):
+            if "probe_zygote" in " ".join(child.cmdline()):
                 zygotes.append(child.pid)
     assert len(zygotes) == 1, f"expected one zygote among the daemon's children, found {zygotes}"
     zygote = zygotes[0]

@@ -1,4 +1,4 @@
-"""ExecProbe against a real containerd: the daemon resolves a pod sandbox once (shim/sandbox_cache.py) and reuses
+"""ExecProbe against a real containerd: the daemon resolves a pod sandbox once (shim/sandboxes/cache.py) and reuses
 that only while the pod lives, so a stopped or removed pod is never probed from memory.
 
 What each test proves:

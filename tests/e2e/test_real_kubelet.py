@@ -93,7 +93,7 @@ class Node:
         kubelet shows it (NAME-node1)."""
         text = yaml.safe_dump(pod, sort_keys=False)
         if convert:
-            done = subprocess.run([sys.executable, "-m", "shim.client.cli", "convert", "-f", "-"], input=text,
+            done = subprocess.run([sys.executable, "-m", "probectl.cli", "convert", "-f", "-"], input=text,
                                   cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
             text = done.stdout
@@ -429,7 +429,7 @@ def test_faults_under_a_running_kubelet_flip_nothing(k):
 # --- probectl doctor -------------------------------------------------------------------------------------------------
 
 def doctor(endpoint: str, kubelet_pid: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shim.client.cli", "-r", endpoint, "doctor", "--kubelet-pid",
+    return subprocess.run([sys.executable, "-m", "probectl.cli", "-r", endpoint, "doctor", "--kubelet-pid",
                            str(kubelet_pid)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
 
 

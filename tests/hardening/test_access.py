@@ -25,7 +25,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim import logs
+from shim.observe import logs
 from shim.config import Config, metrics_exposure_warning
 from tests.daemon_env import DaemonProcess, run, wait_for
 from tests.netns_env import REPO_ROOT, PodNetns
@@ -44,7 +44,7 @@ CLIENT_AS = r"""
 import json, os, socket, sys
 import grpc
 from cri_proto import probe_service_pb2 as service_pb, probe_service_pb2_grpc as service_grpc
-from shim.client import cli
+from probectl import cli
 import email.parser, importlib.metadata  # probectl reads its version lazily: before the drop
 
 path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -3,7 +3,7 @@ nothing crashes or leaks, the host field is gated (also as probectl shows it), a
 
 The daemon is a real `probe-shim serve --runtime-endpoint none`; sandboxes are real network namespaces
 with a listener inside, so requests that pass validation really register probes and run attempts.
-The expected answer for each request is computed by the pure validators (shim.request_rules), so the
+The expected answer for each request is computed by the pure validators (shim.api.request_rules), so the
 property tests check that the daemon says exactly what validation says, and never anything else.
 """
 
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import validation
-from shim import request_rules as rules
+from shim.api import request_rules as rules
 from tests.daemon_env import DaemonProcess, run, status, tcp_spec
 from tests.netns_env import REPO_ROOT, PodNetns, listen
 
@@ -262,7 +262,7 @@ def test_thresholds_of_zero_mean_the_kubernetes_defaults(api_daemon, netns):
 def probectl(endpoint: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     env.pop("PROBE_SHIM_ENDPOINT", None)
-    return subprocess.run([sys.executable, "-m", "shim.client.cli", "-r", endpoint, *args],
+    return subprocess.run([sys.executable, "-m", "probectl.cli", "-r", endpoint, *args],
                           capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=60)
 
 

@@ -40,7 +40,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.client.client import ProbeShimClient
+from probectl.client import ProbeShimClient
 from tests.containerd_env import CriClient, Kubelet, running_containerd
 from tests.daemon_env import DaemonProcess, run, status, tcp_spec
 from tests.netns_env import LISTENER, PodNetns, listen
@@ -251,10 +251,10 @@ def daemon_children(daemon: DaemonProcess) -> list[psutil.Process]:
 
 
 def zygote_of(daemon: DaemonProcess) -> psutil.Process:
-    """The daemon's child running shim.zygote that is not a worker (adopted workers carry the zygote's argv too)."""
+    """The daemon's child running probe_zygote.main that is not a worker (adopted workers carry the zygote's argv too)."""
     workers = {p.worker.pid for p in status(daemon).probes}
     (zygote,) = [p for p in daemon_children(daemon)
-                 if "shim.zygote" in " ".join(p.cmdline()) and p.pid not in workers]
+                 if "probe_zygote" in " ".join(p.cmdline()) and p.pid not in workers]
     return zygote
 
 
@@ -392,7 +392,7 @@ def test_zygote_killed_its_workers_come_back_through_a_new_one_and_probing_resum
 # --- the daemon killed with RunProbe calls in flight --------------------------------------------------------
 
 class WatchLog:
-    """shim.client's resumable watch (what probectl watch uses), followed by a thread."""
+    """probectl's resumable watch (what probectl watch uses), followed by a thread."""
 
     def __init__(self, endpoint: str) -> None:
         self.client = ProbeShimClient(endpoint)
@@ -791,7 +791,7 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
                     and e.probe.last_attempt.started_at_unix_ns > down_for
                     and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
         during = [p.probe_id for p in status(shim).probes]
-        skipped = shim.logs().count("reconcile skipped")
+        skipped = shim.observe.logs().count("reconcile skipped")
 
         # containerd back: the same shim serves the CRI again, on its own (its channel reconnects).
         containerd.start_containerd()

@@ -29,7 +29,8 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker import grpc_rules, http_rules
+from probe_worker.probes.grpc import rules as grpc_rules
+from probe_worker.probes.http import rules as http_rules
 from tests.daemon_env import DaemonProcess, run, status
 from tests.netns_env import PodNetns
 

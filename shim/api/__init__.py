@@ -1,0 +1,1 @@
+"""The ProbeService API: the gRPC servicer and the checks of its requests."""

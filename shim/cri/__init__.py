@@ -1,0 +1,1 @@
+"""The standard CRI, proxied to the container runtime."""

@@ -1,0 +1,245 @@
+"""The daemon: wires the parts together, serves the socket, stops cleanly.
+
+Start-up order matters: the worker zygote is started (or an earlier daemon's found,
+with its running workers) first, before any grpc object exists in this process (the
+zygote is a fresh interpreter anyway, but no child of a process with grpc threads
+should ever be forked); then the store and the board as the last daemon left them, the
+registry restoring every acknowledged probe, the adopted workers taken over, and last
+the socket. Until then a client's connection is refused: it fails fast (UNAVAILABLE).
+
+Stopping: SIGTERM (systemd's stop and restart) hands the workers over to the next
+daemon (they go on probing, handover_timeout_s at most); SIGINT (Ctrl-C) stops them.
+Either way the board's last state is written before the daemon exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import signal
+import socket
+import stat
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_service_pb2_grpc as service_grpc
+from shim.api.service import ProbeServicer
+from shim.bridge.containers import CriContainers
+from shim.bridge.service import KubeletBridge
+from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
+from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
+from shim.observe.metrics import ShimMetrics
+from shim.state.registry import ProbeRegistry, is_registered
+from shim.state.results import ResultsManager
+from shim.sandboxes.resolver import CriSandboxes, NetnsSandboxes
+from shim.sdnotify import Notifier
+from shim.state.writer import StateWriter, board_identity
+from shim.state.board import StatusBoard
+from shim.state.store import DEFAULT_FILENAME, ProbeStore, StoreCorrupt
+from shim.workers.supervisor import WorkerSupervisor
+from shim.observe.tracing import AttemptTracer
+from shim.workers.zygote_handle import Zygote
+
+log = logging.getLogger(__name__)
+
+SOCKET_MODE = 0o660
+# While grpc binds the socket: it is born 0600, so nobody but the daemon's user can
+# connect in the moment before it gets its group and mode (which happens before serving).
+BIND_UMASK = 0o177
+PROBE_SERVICE = service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name
+
+
+class AlreadyServing(Exception):
+    pass
+
+
+def _prepare_socket_path(path: str) -> None:
+    """Creates the directory; removes a stale socket file, refuses to steal a live one."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise AlreadyServing(f"{path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listens: a leftover of a crash
+    else:
+        raise AlreadyServing(f"another daemon is serving {path}")
+    finally:
+        probe.close()
+
+
+@contextlib.contextmanager
+def _umask(mask: int):
+    # Process-wide, hence only around the bind, during start-up.
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def _restrict_socket(path: str, gid: int | None) -> None:
+    """The daemon's user and the socket group's members may call the API; nobody else may connect."""
+    if gid is not None:
+        try:
+            os.chown(path, -1, gid)
+        except PermissionError:
+            raise ConfigError(f"socket_group: cannot give {path} to gid {gid}: the daemon needs CAP_CHOWN "
+                              "(or to be a member of that group)") from None
+    os.chmod(path, SOCKET_MODE)
+
+
+def _open_store(path: str) -> ProbeStore:
+    """A damaged database must not keep the daemon (and the CRI proxy with it) down. An unwritable state dir
+    (StoreUnavailable) or a newer schema (StoreError) is not damage: nothing is moved, the daemon does not start."""
+    try:
+        return ProbeStore(path)
+    except StoreCorrupt as exc:
+        aside = f"{path}.corrupt-{int(time.time())}"
+        os.replace(path, aside)
+        log.error("probe store unreadable (%s); moved to %s, starting with no probes", exc, aside)
+        return ProbeStore(path)
+
+
+async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    # Read (and removed from the environment) before the zygote starts: no worker inherits it.
+    notifier = Notifier.from_environment()
+    stop = asyncio.Event()
+    stopped_by: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda sig=sig: (stopped_by.append(sig), stop.set()))
+
+    gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
+    _prepare_socket_path(config.socket_path)
+    # The store creates the state dir (0700); StoreError (exit 1, one line) if it cannot be used.
+    store = _open_store(os.path.join(config.state_dir, DEFAULT_FILENAME))
+    identity = board_identity(await store.run(store.load_meta))
+    board = StatusBoard(instance_id=identity.instance_id, revision=identity.revision,
+                        resume_point=identity.resume_point)
+    metrics = ShimMetrics()
+    writer = StateWriter(store, board, on_write=metrics.count_state_write)
+    tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
+
+    upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
+    sandboxes = NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream)
+    results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
+    handover_dir = os.path.join(config.state_dir, "workers") if config.handover_timeout_s > 0 else ""
+    supervisor = WorkerSupervisor(
+        functools.partial(Zygote.start, handover_dir=handover_dir, handover_timeout_s=config.handover_timeout_s),
+        on_event=results.on_event,
+        on_worker=results.on_worker,
+        isolation=config.worker_isolation,
+        sandboxes_per_worker=config.sandboxes_per_worker,
+        heartbeat_timeout_s=config.heartbeat_timeout_s,
+        user_agent_version=config.user_agent_version,
+        run_as_uid=config.worker_uid,
+        run_as_gid=config.worker_gid,
+        handover_dir=handover_dir,
+        progress_of=results.progress_of,
+    )
+    # The zygote (or the one left running, and its workers), before any grpc object below.
+    adopting = await supervisor.start(adopt=bool(handover_dir))
+    # Listening before the restore: what changes while probes are restored and workers adopted is stored too.
+    await writer.start(identity)
+    registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
+                             results=results)
+
+    server = grpc.aio.server(options=SERVER_OPTIONS)  # 16 MiB messages, like the kubelet's CRI client
+    service_grpc.add_ProbeServiceServicer_to_server(
+        ProbeServicer(registry, board, instance_id=board.instance_id,
+                      runtime_endpoint="none" if config.embedded else config.runtime_endpoint),
+        server,
+    )
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        [PROBE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    if upstream is not None:
+        bridge = KubeletBridge(
+            containers=CriContainers(upstream), sandboxes=sandboxes, supervisor=supervisor, results=results,
+            metrics=metrics, allow_host_field=config.allow_host_field, hook_timeout_s=config.hook_timeout_s,
+        )
+
+        async def on_sandbox_event(kind: str, sandbox_id: str) -> None:
+            bridge.forget_sandbox(sandbox_id)
+            await registry.sandbox_event(kind, sandbox_id)
+
+        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, on_sandbox_event, exec_bridge=bridge)])
+
+    metrics_server = None
+    tasks: list[asyncio.Task] = []
+    try:
+        with _umask(BIND_UMASK):
+            server.add_insecure_port(config.listen)  # binds now; connections are served from start()
+        _restrict_socket(config.socket_path, gid)
+        await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up (SERVING last)
+        await registry.restore()
+        adopted = await supervisor.finish_adoption()
+        metrics.set_adopted_workers(adopted)
+        if adopting:
+            log.info("adopted the running workers", extra={"found": adopting, "adopted": adopted})
+        await server.start()
+        if config.metrics_listen:
+            metrics.count_watchers_with(lambda: board.watcher_count)
+            metrics.count_probes_with(lambda: board.count(is_registered))
+            metrics_server = await metrics.serve(config.metrics_listen)
+            if warning := metrics_exposure_warning(config.metrics_listen):
+                log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})
+        # SERVING last: a client that saw it can count on every endpoint, /metrics included.
+        for name in ("", PROBE_SERVICE):
+            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
+        log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
+                                   "instance_id": board.instance_id, "state_dir": config.state_dir})
+        if ready is not None:
+            ready.set()
+        notifier.ready(f"serving on {config.listen}")
+        tasks.append(asyncio.create_task(notifier.keep_alive()))
+        await stop.wait()
+        notifier.stopping()
+        log.info("stopping")
+        board.end_watches()  # watchers resume with the next daemon; in-flight calls get the grace period
+    finally:
+        for task in tasks:
+            task.cancel()
+        await health.enter_graceful_shutdown()
+        await server.stop(grace=2)
+        if stopped_by == [signal.SIGTERM]:
+            await supervisor.hand_over()
+        else:
+            await supervisor.close()
+        await writer.close()
+        if metrics_server is not None:
+            metrics_server.close()
+            await metrics_server.wait_closed()
+        if upstream is not None:
+            await upstream.close()
+        await asyncio.to_thread(tracer.shutdown)  # a dead collector may take seconds
+        store.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config.socket_path)
+        log.info("stopped")
+
+
+async def _reconcile_forever(registry: ProbeRegistry, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await registry.reconcile()
+        except Exception:  # one failed pass must not end reconciling
+            log.exception("reconcile failed")

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics, OpenTelemetry spans, structured logs."""

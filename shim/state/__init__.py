@@ -1,0 +1,1 @@
+"""What the daemon knows of its probes: registrations, results, the status board and its watch, the store."""

@@ -1,0 +1,1 @@
+"""The probe workers' lives: groups, the zygote handle, spawn, adoption, supervision, restarts."""
