@@ -11,7 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
-from shim.observe.metrics import GO_DEFAULT_BUCKETS, ShimMetrics, parse_listen
+from shim.observe.metrics import GO_DEFAULT_BUCKETS, ShimMetrics
+from shim.observe import metrics_http
+from shim.observe.metrics_http import parse_listen
 from shim.state.results import ProbeLabels
 
 POD = dict(container="web", pod="web-0", namespace="shop", pod_uid="uid-1")
@@ -317,4 +319,42 @@ def test_close_ends_a_connection_that_never_sends_a_request():
         except ConnectionResetError:
             pass
         writer.close()
+    asyncio.run(main())
+
+
+def test_a_stalled_client_is_cut_at_the_deadline_and_connections_are_capped(monkeypatch):
+    """Why the endpoint is hand-written (metrics_http.py): a client that sends a byte and then nothing holds a
+    connection only until REQUEST_TIMEOUT_S, and no more than MAX_CONNECTIONS are held at once while the
+    scraper is still answered once they are gone."""
+    monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 3)
+
+    async def stalled(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"G")
+        await writer.drain()
+        return reader, writer
+
+    async def closed_by_server(reader) -> bool:
+        try:
+            return await asyncio.wait_for(reader.read(), timeout=10) == b""
+        except ConnectionResetError:
+            return True
+
+    async def main():
+        server = await ShimMetrics().serve("127.0.0.1:0")
+        try:
+            port = server.addresses[0][1]
+            held = [await stalled(port) for _ in range(3)]
+            extra_reader, extra_writer = await stalled(port)
+            assert await closed_by_server(extra_reader)  # over the cap: closed at once, nothing read
+            for reader, _ in held:
+                assert await closed_by_server(reader)  # cut at the deadline, without an answer
+            status, _, _ = await http_exchange(port, get("/metrics"))
+            assert status == b"HTTP/1.1 200 "
+            for _, writer in [*held, (extra_reader, extra_writer)]:
+                writer.close()
+        finally:
+            server.close()
+            await server.wait_closed()
     asyncio.run(main())
