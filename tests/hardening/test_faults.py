@@ -791,7 +791,7 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
                     and e.probe.last_attempt.started_at_unix_ns > down_for
                     and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
         during = [p.probe_id for p in status(shim).probes]
-        skipped = shim.observe.logs().count("reconcile skipped")
+        skipped = shim.logs().count("reconcile skipped")
 
         # containerd back: the same shim serves the CRI again, on its own (its channel reconnects).
         containerd.start_containerd()
