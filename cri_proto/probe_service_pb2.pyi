@@ -147,7 +147,7 @@ class AttemptTotals(_message.Message):
     def __init__(self, success: _Optional[int] = ..., warning: _Optional[int] = ..., failure: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
 
 class Probe(_message.Message):
-    __slots__ = ("probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "spec", "labels", "container_started_at", "container_ports", "state", "state_changed_at", "last_attempt", "last_trace_id", "last_span_id", "consecutive_successes", "consecutive_failures", "on_hold", "totals", "worker", "revision", "created_at", "bridged")
+    __slots__ = ("probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "spec", "labels", "container_started_at", "container_ports", "revision", "created_at", "bridged", "status")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,27 @@ class Probe(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_PORTS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    BRIDGED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    probe_id: str
+    pod_sandbox_id: str
+    container_id: str
+    container_name: str
+    type: _probe_spec_pb2.ProbeType
+    spec: _probe_spec_pb2.ProbeSpec
+    labels: _containers.ScalarMap[str, str]
+    container_started_at: int
+    container_ports: _containers.RepeatedCompositeFieldContainer[_probe_spec_pb2.ContainerPort]
+    revision: int
+    created_at: int
+    bridged: BridgedHandler
+    status: ProbeStatus
+    def __init__(self, probe_id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., container_started_at: _Optional[int] = ..., container_ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ..., revision: _Optional[int] = ..., created_at: _Optional[int] = ..., bridged: _Optional[_Union[BridgedHandler, _Mapping]] = ..., status: _Optional[_Union[ProbeStatus, _Mapping]] = ...) -> None: ...
+
+class ProbeStatus(_message.Message):
+    __slots__ = ("state", "state_changed_at", "last_attempt", "last_trace_id", "last_span_id", "consecutive_successes", "consecutive_failures", "on_hold", "totals", "worker")
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -174,18 +195,6 @@ class Probe(_message.Message):
     ON_HOLD_FIELD_NUMBER: _ClassVar[int]
     TOTALS_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
-    REVISION_FIELD_NUMBER: _ClassVar[int]
-    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
-    BRIDGED_FIELD_NUMBER: _ClassVar[int]
-    probe_id: str
-    pod_sandbox_id: str
-    container_id: str
-    container_name: str
-    type: _probe_spec_pb2.ProbeType
-    spec: _probe_spec_pb2.ProbeSpec
-    labels: _containers.ScalarMap[str, str]
-    container_started_at: int
-    container_ports: _containers.RepeatedCompositeFieldContainer[_probe_spec_pb2.ContainerPort]
     state: _probe_spec_pb2.ProbeState
     state_changed_at: int
     last_attempt: _probe_spec_pb2.Attempt
@@ -196,10 +205,7 @@ class Probe(_message.Message):
     on_hold: bool
     totals: AttemptTotals
     worker: WorkerStatus
-    revision: int
-    created_at: int
-    bridged: BridgedHandler
-    def __init__(self, probe_id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., container_started_at: _Optional[int] = ..., container_ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state_changed_at: _Optional[int] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., last_trace_id: _Optional[str] = ..., last_span_id: _Optional[str] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., totals: _Optional[_Union[AttemptTotals, _Mapping]] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ..., revision: _Optional[int] = ..., created_at: _Optional[int] = ..., bridged: _Optional[_Union[BridgedHandler, _Mapping]] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., state_changed_at: _Optional[int] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., last_trace_id: _Optional[str] = ..., last_span_id: _Optional[str] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., totals: _Optional[_Union[AttemptTotals, _Mapping]] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ...) -> None: ...
 
 class BridgedHandler(_message.Message):
     __slots__ = ("role", "last_exec_at")

@@ -23,65 +23,62 @@ _sym_db = _symbol_database.Default()
 
 
 from cri_proto import probe_spec_pb2 as cri__proto_dot_probe__spec__pb2
+from cri_proto import probe_service_pb2 as cri__proto_dot_probe__service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ri_proto/probe_worker.proto\x12\x1druntime.probe.worker.v1alpha1\x1a\x1a\x63ri_proto/probe_spec.proto\"\xd4\x02\n\x0cWorkerConfig\x12\x1a\n\x12user_agent_version\x18\x04 \x01(\t\x12\x12\n\nrun_as_uid\x18\x05 \x01(\x05\x12\x12\n\nrun_as_gid\x18\x06 \x01(\x05\x12\x17\n\x0fkeep_privileges\x18\x07 \x01(\x08\x12\x18\n\x10max_memory_bytes\x18\x08 \x01(\x03\x12\x16\n\x0emax_open_files\x18\t \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\n \x01(\x03\x12\r\n\x05group\x18\x0b \x01(\t\x12\x17\n\x0foutlives_daemon\x18\x0c \x01(\x08\x12\x18\n\x10protocol_version\x18\r \x01(\r\x12\x0f\n\x07tenancy\x18\x0e \x01(\t\x12\x10\n\x08restarts\x18\x0f \x01(\x05J\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04R\nsandbox_idR\nnetns_pathR\x07pod_ips\"1\n\nAddSandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07pod_ips\x18\x02 \x03(\t\"#\n\rRemoveSandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"z\n\x0c\x43ontainerRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1a\n\x12started_at_unix_ns\x18\x03 \x01(\x03\x12\x34\n\x05ports\x18\x04 \x03(\x0b\x32%.runtime.probe.v1alpha1.ContainerPort\"\xae\x02\n\x11ProbeRegistration\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12>\n\tcontainer\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.ContainerRef\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.runtime.probe.v1alpha1.ProbeType\x12/\n\x04spec\x18\x04 \x01(\x0b\x32!.runtime.probe.v1alpha1.ProbeSpec\x12\x11\n\tstart_now\x18\x05 \x01(\x08\x12\x12\n\nsandbox_id\x18\x06 \x01(\t\x12>\n\x08progress\x18\x07 \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.ProbeProgress\"\xa7\x02\n\rProbeProgress\x12\x31\n\x05state\x18\x01 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x1d\n\x15\x63onsecutive_successes\x18\x02 \x01(\x05\x12\x1c\n\x14\x63onsecutive_failures\x18\x03 \x01(\x05\x12\x0f\n\x07on_hold\x18\x04 \x01(\x08\x12\x35\n\x0clast_attempt\x18\x05 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.Attempt\x12<\n\x06totals\x18\x06 \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.AttemptCounts\x12 \n\x18state_changed_at_unix_ns\x18\x07 \x01(\x03\"S\n\rAttemptCounts\x12\x0f\n\x07success\x18\x01 \x01(\x04\x12\x0f\n\x07warning\x18\x02 \x01(\x04\x12\x0f\n\x07\x66\x61ilure\x18\x03 \x01(\x04\x12\x0f\n\x07unknown\x18\x04 \x01(\x04\"K\n\x08\x41\x64\x64Probe\x12?\n\x05probe\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\"3\n\x0bRemoveProbe\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\"u\n\x07RunOnce\x12?\n\x05probe\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\x12\x11\n\tmax_tries\x18\x02 \x01(\x05\x12\x16\n\x0elifecycle_hook\x18\x03 \x01(\x08\",\n\tHeartbeat\x12\x0f\n\x07unix_ns\x18\x01 \x01(\x03\x12\x0e\n\x06probes\x18\x02 \x01(\x05\"\n\n\x08Shutdown\"\x08\n\x06\x44\x65tach\"\x08\n\x06Resume\"\x98\x05\n\rWorkerRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12=\n\x06\x63onfig\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfigH\x00\x12<\n\tadd_probe\x18\x03 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.AddProbeH\x00\x12\x42\n\x0cremove_probe\x18\x04 \x01(\x0b\x32*.runtime.probe.worker.v1alpha1.RemoveProbeH\x00\x12:\n\x08run_once\x18\x05 \x01(\x0b\x32&.runtime.probe.worker.v1alpha1.RunOnceH\x00\x12=\n\theartbeat\x18\x06 \x01(\x0b\x32(.runtime.probe.worker.v1alpha1.HeartbeatH\x00\x12;\n\x08shutdown\x18\x07 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.ShutdownH\x00\x12@\n\x0b\x61\x64\x64_sandbox\x18\x08 \x01(\x0b\x32).runtime.probe.worker.v1alpha1.AddSandboxH\x00\x12\x46\n\x0eremove_sandbox\x18\t \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.RemoveSandboxH\x00\x12\x37\n\x06\x64\x65tach\x18\n \x01(\x0b\x32%.runtime.probe.worker.v1alpha1.DetachH\x00\x12\x37\n\x06resume\x18\x0b \x01(\x0b\x32%.runtime.probe.worker.v1alpha1.ResumeH\x00\x42\x05\n\x03msg\"\x8c\x01\n\x05Ready\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x13\n\x0bnetns_inode\x18\x02 \x01(\x04\x12\x0b\n\x03uid\x18\x03 \x01(\x05\x12\x0b\n\x03gid\x18\x04 \x01(\x05\x12\x18\n\x10protocol_version\x18\x06 \x01(\r\x12\x0f\n\x07\x61\x64opted\x18\x07 \x01(\x08\x12\r\n\x05group\x18\x08 \x01(\tJ\x04\x08\x05\x10\x06R\x07pod_ips\"\x18\n\x05\x46\x61tal\x12\x0f\n\x07message\x18\x01 \x01(\t\"\x1a\n\x08Rejected\x12\x0e\n\x06\x65rrors\x18\x01 \x03(\t\"\x05\n\x03\x41\x63k\"\xe8\x01\n\rAttemptReport\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x30\n\x07\x61ttempt\x18\x02 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.Attempt\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x1d\n\x15\x63onsecutive_successes\x18\x04 \x01(\x05\x12\x1c\n\x14\x63onsecutive_failures\x18\x05 \x01(\x05\x12\x0f\n\x07on_hold\x18\x06 \x01(\x08\x12\x12\n\nsandbox_id\x18\x07 \x01(\t\"\xc8\x01\n\x0bStateChange\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x34\n\x08previous\x18\x02 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12\x1a\n\x12\x63hanged_at_unix_ns\x18\x06 \x01(\x03\"\x9e\x01\n\x08Snapshot\x12<\n\tsandboxes\x18\x01 \x03(\x0b\x32).runtime.probe.worker.v1alpha1.AddSandbox\x12<\n\x06probes\x18\x02 \x03(\x0b\x32,.runtime.probe.worker.v1alpha1.ProbeSnapshot\x12\x16\n\x0e\x64ropped_events\x18\x03 \x01(\x04\"\x97\x01\n\rProbeSnapshot\x12\x46\n\x0cregistration\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\x12>\n\x08progress\x18\x02 \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.ProbeProgress\"\x80\x04\n\x0bWorkerEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05ready\x18\x02 \x01(\x0b\x32$.runtime.probe.worker.v1alpha1.ReadyH\x00\x12\x35\n\x05\x66\x61tal\x18\x03 \x01(\x0b\x32$.runtime.probe.worker.v1alpha1.FatalH\x00\x12\x31\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\".runtime.probe.worker.v1alpha1.AckH\x00\x12;\n\x08rejected\x18\x05 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.RejectedH\x00\x12?\n\x07\x61ttempt\x18\x06 \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.AttemptReportH\x00\x12\x42\n\x0cstate_change\x18\x07 \x01(\x0b\x32*.runtime.probe.worker.v1alpha1.StateChangeH\x00\x12=\n\theartbeat\x18\x08 \x01(\x0b\x32(.runtime.probe.worker.v1alpha1.HeartbeatH\x00\x12;\n\x08snapshot\x18\t \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.SnapshotH\x00\x42\x05\n\x03msg\"O\n\rSocketRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\"I\n\x0bSocketReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontrol\x18\x04 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ri_proto/probe_worker.proto\x12\x1druntime.probe.worker.v1alpha1\x1a\x1a\x63ri_proto/probe_spec.proto\x1a\x1d\x63ri_proto/probe_service.proto\"\xd4\x02\n\x0cWorkerConfig\x12\x1a\n\x12user_agent_version\x18\x04 \x01(\t\x12\x12\n\nrun_as_uid\x18\x05 \x01(\x05\x12\x12\n\nrun_as_gid\x18\x06 \x01(\x05\x12\x17\n\x0fkeep_privileges\x18\x07 \x01(\x08\x12\x18\n\x10max_memory_bytes\x18\x08 \x01(\x03\x12\x16\n\x0emax_open_files\x18\t \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\n \x01(\x03\x12\r\n\x05group\x18\x0b \x01(\t\x12\x17\n\x0foutlives_daemon\x18\x0c \x01(\x08\x12\x18\n\x10protocol_version\x18\r \x01(\r\x12\x0f\n\x07tenancy\x18\x0e \x01(\t\x12\x10\n\x08restarts\x18\x0f \x01(\x05J\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04R\nsandbox_idR\nnetns_pathR\x07pod_ips\"1\n\nAddSandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0f\n\x07pod_ips\x18\x02 \x03(\t\"#\n\rRemoveSandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"z\n\x0c\x43ontainerRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1a\n\x12started_at_unix_ns\x18\x03 \x01(\x03\x12\x34\n\x05ports\x18\x04 \x03(\x0b\x32%.runtime.probe.v1alpha1.ContainerPort\"\xb3\x02\n\x11ProbeRegistration\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12>\n\tcontainer\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.ContainerRef\x12/\n\x04type\x18\x03 \x01(\x0e\x32!.runtime.probe.v1alpha1.ProbeType\x12/\n\x04spec\x18\x04 \x01(\x0b\x32!.runtime.probe.v1alpha1.ProbeSpec\x12\x11\n\tstart_now\x18\x05 \x01(\x08\x12\x12\n\nsandbox_id\x18\x06 \x01(\t\x12\x33\n\x06status\x18\x08 \x01(\x0b\x32#.runtime.probe.v1alpha1.ProbeStatusJ\x04\x08\x07\x10\x08R\x08progress\"K\n\x08\x41\x64\x64Probe\x12?\n\x05probe\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\"3\n\x0bRemoveProbe\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\"u\n\x07RunOnce\x12?\n\x05probe\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\x12\x11\n\tmax_tries\x18\x02 \x01(\x05\x12\x16\n\x0elifecycle_hook\x18\x03 \x01(\x08\",\n\tHeartbeat\x12\x0f\n\x07unix_ns\x18\x01 \x01(\x03\x12\x0e\n\x06probes\x18\x02 \x01(\x05\"\n\n\x08Shutdown\"\x08\n\x06\x44\x65tach\"\x08\n\x06Resume\"\x98\x05\n\rWorkerRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12=\n\x06\x63onfig\x18\x02 \x01(\x0b\x32+.runtime.probe.worker.v1alpha1.WorkerConfigH\x00\x12<\n\tadd_probe\x18\x03 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.AddProbeH\x00\x12\x42\n\x0cremove_probe\x18\x04 \x01(\x0b\x32*.runtime.probe.worker.v1alpha1.RemoveProbeH\x00\x12:\n\x08run_once\x18\x05 \x01(\x0b\x32&.runtime.probe.worker.v1alpha1.RunOnceH\x00\x12=\n\theartbeat\x18\x06 \x01(\x0b\x32(.runtime.probe.worker.v1alpha1.HeartbeatH\x00\x12;\n\x08shutdown\x18\x07 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.ShutdownH\x00\x12@\n\x0b\x61\x64\x64_sandbox\x18\x08 \x01(\x0b\x32).runtime.probe.worker.v1alpha1.AddSandboxH\x00\x12\x46\n\x0eremove_sandbox\x18\t \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.RemoveSandboxH\x00\x12\x37\n\x06\x64\x65tach\x18\n \x01(\x0b\x32%.runtime.probe.worker.v1alpha1.DetachH\x00\x12\x37\n\x06resume\x18\x0b \x01(\x0b\x32%.runtime.probe.worker.v1alpha1.ResumeH\x00\x42\x05\n\x03msg\"\x8c\x01\n\x05Ready\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x13\n\x0bnetns_inode\x18\x02 \x01(\x04\x12\x0b\n\x03uid\x18\x03 \x01(\x05\x12\x0b\n\x03gid\x18\x04 \x01(\x05\x12\x18\n\x10protocol_version\x18\x06 \x01(\r\x12\x0f\n\x07\x61\x64opted\x18\x07 \x01(\x08\x12\r\n\x05group\x18\x08 \x01(\tJ\x04\x08\x05\x10\x06R\x07pod_ips\"\x18\n\x05\x46\x61tal\x12\x0f\n\x07message\x18\x01 \x01(\t\"\x1a\n\x08Rejected\x12\x0e\n\x06\x65rrors\x18\x01 \x03(\t\"\x05\n\x03\x41\x63k\"\xe8\x01\n\rAttemptReport\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x30\n\x07\x61ttempt\x18\x02 \x01(\x0b\x32\x1f.runtime.probe.v1alpha1.Attempt\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x1d\n\x15\x63onsecutive_successes\x18\x04 \x01(\x05\x12\x1c\n\x14\x63onsecutive_failures\x18\x05 \x01(\x05\x12\x0f\n\x07on_hold\x18\x06 \x01(\x08\x12\x12\n\nsandbox_id\x18\x07 \x01(\t\"\xc8\x01\n\x0bStateChange\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\x34\n\x08previous\x18\x02 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x31\n\x05state\x18\x03 \x01(\x0e\x32\".runtime.probe.v1alpha1.ProbeState\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12\x1a\n\x12\x63hanged_at_unix_ns\x18\x06 \x01(\x03\"\x9e\x01\n\x08Snapshot\x12<\n\tsandboxes\x18\x01 \x03(\x0b\x32).runtime.probe.worker.v1alpha1.AddSandbox\x12<\n\x06probes\x18\x02 \x03(\x0b\x32,.runtime.probe.worker.v1alpha1.ProbeSnapshot\x12\x16\n\x0e\x64ropped_events\x18\x03 \x01(\x04\"\x9c\x01\n\rProbeSnapshot\x12\x46\n\x0cregistration\x18\x01 \x01(\x0b\x32\x30.runtime.probe.worker.v1alpha1.ProbeRegistration\x12\x33\n\x06status\x18\x03 \x01(\x0b\x32#.runtime.probe.v1alpha1.ProbeStatusJ\x04\x08\x02\x10\x03R\x08progress\"\x80\x04\n\x0bWorkerEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x35\n\x05ready\x18\x02 \x01(\x0b\x32$.runtime.probe.worker.v1alpha1.ReadyH\x00\x12\x35\n\x05\x66\x61tal\x18\x03 \x01(\x0b\x32$.runtime.probe.worker.v1alpha1.FatalH\x00\x12\x31\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\".runtime.probe.worker.v1alpha1.AckH\x00\x12;\n\x08rejected\x18\x05 \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.RejectedH\x00\x12?\n\x07\x61ttempt\x18\x06 \x01(\x0b\x32,.runtime.probe.worker.v1alpha1.AttemptReportH\x00\x12\x42\n\x0cstate_change\x18\x07 \x01(\x0b\x32*.runtime.probe.worker.v1alpha1.StateChangeH\x00\x12=\n\theartbeat\x18\x08 \x01(\x0b\x32(.runtime.probe.worker.v1alpha1.HeartbeatH\x00\x12;\n\x08snapshot\x18\t \x01(\x0b\x32\'.runtime.probe.worker.v1alpha1.SnapshotH\x00\x42\x05\n\x03msg\"O\n\rSocketRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x12\n\nsandbox_id\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\"I\n\x0bSocketReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontrol\x18\x04 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cri_proto.probe_worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKERCONFIG']._serialized_start=92
-  _globals['_WORKERCONFIG']._serialized_end=432
-  _globals['_ADDSANDBOX']._serialized_start=434
-  _globals['_ADDSANDBOX']._serialized_end=483
-  _globals['_REMOVESANDBOX']._serialized_start=485
-  _globals['_REMOVESANDBOX']._serialized_end=520
-  _globals['_CONTAINERREF']._serialized_start=522
-  _globals['_CONTAINERREF']._serialized_end=644
-  _globals['_PROBEREGISTRATION']._serialized_start=647
-  _globals['_PROBEREGISTRATION']._serialized_end=949
-  _globals['_PROBEPROGRESS']._serialized_start=952
-  _globals['_PROBEPROGRESS']._serialized_end=1247
-  _globals['_ATTEMPTCOUNTS']._serialized_start=1249
-  _globals['_ATTEMPTCOUNTS']._serialized_end=1332
-  _globals['_ADDPROBE']._serialized_start=1334
-  _globals['_ADDPROBE']._serialized_end=1409
-  _globals['_REMOVEPROBE']._serialized_start=1411
-  _globals['_REMOVEPROBE']._serialized_end=1462
-  _globals['_RUNONCE']._serialized_start=1464
-  _globals['_RUNONCE']._serialized_end=1581
-  _globals['_HEARTBEAT']._serialized_start=1583
-  _globals['_HEARTBEAT']._serialized_end=1627
-  _globals['_SHUTDOWN']._serialized_start=1629
-  _globals['_SHUTDOWN']._serialized_end=1639
-  _globals['_DETACH']._serialized_start=1641
-  _globals['_DETACH']._serialized_end=1649
-  _globals['_RESUME']._serialized_start=1651
-  _globals['_RESUME']._serialized_end=1659
-  _globals['_WORKERREQUEST']._serialized_start=1662
-  _globals['_WORKERREQUEST']._serialized_end=2326
-  _globals['_READY']._serialized_start=2329
-  _globals['_READY']._serialized_end=2469
-  _globals['_FATAL']._serialized_start=2471
-  _globals['_FATAL']._serialized_end=2495
-  _globals['_REJECTED']._serialized_start=2497
-  _globals['_REJECTED']._serialized_end=2523
-  _globals['_ACK']._serialized_start=2525
-  _globals['_ACK']._serialized_end=2530
-  _globals['_ATTEMPTREPORT']._serialized_start=2533
-  _globals['_ATTEMPTREPORT']._serialized_end=2765
-  _globals['_STATECHANGE']._serialized_start=2768
-  _globals['_STATECHANGE']._serialized_end=2968
-  _globals['_SNAPSHOT']._serialized_start=2971
-  _globals['_SNAPSHOT']._serialized_end=3129
-  _globals['_PROBESNAPSHOT']._serialized_start=3132
-  _globals['_PROBESNAPSHOT']._serialized_end=3283
-  _globals['_WORKEREVENT']._serialized_start=3286
-  _globals['_WORKEREVENT']._serialized_end=3798
-  _globals['_SOCKETREQUEST']._serialized_start=3800
-  _globals['_SOCKETREQUEST']._serialized_end=3879
-  _globals['_SOCKETREPLY']._serialized_start=3881
-  _globals['_SOCKETREPLY']._serialized_end=3954
+  _globals['_WORKERCONFIG']._serialized_start=123
+  _globals['_WORKERCONFIG']._serialized_end=463
+  _globals['_ADDSANDBOX']._serialized_start=465
+  _globals['_ADDSANDBOX']._serialized_end=514
+  _globals['_REMOVESANDBOX']._serialized_start=516
+  _globals['_REMOVESANDBOX']._serialized_end=551
+  _globals['_CONTAINERREF']._serialized_start=553
+  _globals['_CONTAINERREF']._serialized_end=675
+  _globals['_PROBEREGISTRATION']._serialized_start=678
+  _globals['_PROBEREGISTRATION']._serialized_end=985
+  _globals['_ADDPROBE']._serialized_start=987
+  _globals['_ADDPROBE']._serialized_end=1062
+  _globals['_REMOVEPROBE']._serialized_start=1064
+  _globals['_REMOVEPROBE']._serialized_end=1115
+  _globals['_RUNONCE']._serialized_start=1117
+  _globals['_RUNONCE']._serialized_end=1234
+  _globals['_HEARTBEAT']._serialized_start=1236
+  _globals['_HEARTBEAT']._serialized_end=1280
+  _globals['_SHUTDOWN']._serialized_start=1282
+  _globals['_SHUTDOWN']._serialized_end=1292
+  _globals['_DETACH']._serialized_start=1294
+  _globals['_DETACH']._serialized_end=1302
+  _globals['_RESUME']._serialized_start=1304
+  _globals['_RESUME']._serialized_end=1312
+  _globals['_WORKERREQUEST']._serialized_start=1315
+  _globals['_WORKERREQUEST']._serialized_end=1979
+  _globals['_READY']._serialized_start=1982
+  _globals['_READY']._serialized_end=2122
+  _globals['_FATAL']._serialized_start=2124
+  _globals['_FATAL']._serialized_end=2148
+  _globals['_REJECTED']._serialized_start=2150
+  _globals['_REJECTED']._serialized_end=2176
+  _globals['_ACK']._serialized_start=2178
+  _globals['_ACK']._serialized_end=2183
+  _globals['_ATTEMPTREPORT']._serialized_start=2186
+  _globals['_ATTEMPTREPORT']._serialized_end=2418
+  _globals['_STATECHANGE']._serialized_start=2421
+  _globals['_STATECHANGE']._serialized_end=2621
+  _globals['_SNAPSHOT']._serialized_start=2624
+  _globals['_SNAPSHOT']._serialized_end=2782
+  _globals['_PROBESNAPSHOT']._serialized_start=2785
+  _globals['_PROBESNAPSHOT']._serialized_end=2941
+  _globals['_WORKEREVENT']._serialized_start=2944
+  _globals['_WORKEREVENT']._serialized_end=3456
+  _globals['_SOCKETREQUEST']._serialized_start=3458
+  _globals['_SOCKETREQUEST']._serialized_end=3537
+  _globals['_SOCKETREPLY']._serialized_start=3539
+  _globals['_SOCKETREPLY']._serialized_end=3612
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from cri_proto import probe_spec_pb2 as _probe_spec_pb2
+from cri_proto import probe_service_pb2 as _probe_service_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -62,52 +63,22 @@ class ContainerRef(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., started_at_unix_ns: _Optional[int] = ..., ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ...) -> None: ...
 
 class ProbeRegistration(_message.Message):
-    __slots__ = ("probe_id", "container", "type", "spec", "start_now", "sandbox_id", "progress")
+    __slots__ = ("probe_id", "container", "type", "spec", "start_now", "sandbox_id", "status")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     START_NOW_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
-    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     container: ContainerRef
     type: _probe_spec_pb2.ProbeType
     spec: _probe_spec_pb2.ProbeSpec
     start_now: bool
     sandbox_id: str
-    progress: ProbeProgress
-    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ..., progress: _Optional[_Union[ProbeProgress, _Mapping]] = ...) -> None: ...
-
-class ProbeProgress(_message.Message):
-    __slots__ = ("state", "consecutive_successes", "consecutive_failures", "on_hold", "last_attempt", "totals", "state_changed_at_unix_ns")
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    CONSECUTIVE_SUCCESSES_FIELD_NUMBER: _ClassVar[int]
-    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
-    ON_HOLD_FIELD_NUMBER: _ClassVar[int]
-    LAST_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    TOTALS_FIELD_NUMBER: _ClassVar[int]
-    STATE_CHANGED_AT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
-    state: _probe_spec_pb2.ProbeState
-    consecutive_successes: int
-    consecutive_failures: int
-    on_hold: bool
-    last_attempt: _probe_spec_pb2.Attempt
-    totals: AttemptCounts
-    state_changed_at_unix_ns: int
-    def __init__(self, state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., last_attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., totals: _Optional[_Union[AttemptCounts, _Mapping]] = ..., state_changed_at_unix_ns: _Optional[int] = ...) -> None: ...
-
-class AttemptCounts(_message.Message):
-    __slots__ = ("success", "warning", "failure", "unknown")
-    SUCCESS_FIELD_NUMBER: _ClassVar[int]
-    WARNING_FIELD_NUMBER: _ClassVar[int]
-    FAILURE_FIELD_NUMBER: _ClassVar[int]
-    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
-    success: int
-    warning: int
-    failure: int
-    unknown: int
-    def __init__(self, success: _Optional[int] = ..., warning: _Optional[int] = ..., failure: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
+    status: _probe_service_pb2.ProbeStatus
+    def __init__(self, probe_id: _Optional[str] = ..., container: _Optional[_Union[ContainerRef, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., start_now: _Optional[bool] = ..., sandbox_id: _Optional[str] = ..., status: _Optional[_Union[_probe_service_pb2.ProbeStatus, _Mapping]] = ...) -> None: ...
 
 class AddProbe(_message.Message):
     __slots__ = ("probe",)
@@ -258,12 +229,12 @@ class Snapshot(_message.Message):
     def __init__(self, sandboxes: _Optional[_Iterable[_Union[AddSandbox, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[ProbeSnapshot, _Mapping]]] = ..., dropped_events: _Optional[int] = ...) -> None: ...
 
 class ProbeSnapshot(_message.Message):
-    __slots__ = ("registration", "progress")
+    __slots__ = ("registration", "status")
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
-    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     registration: ProbeRegistration
-    progress: ProbeProgress
-    def __init__(self, registration: _Optional[_Union[ProbeRegistration, _Mapping]] = ..., progress: _Optional[_Union[ProbeProgress, _Mapping]] = ...) -> None: ...
+    status: _probe_service_pb2.ProbeStatus
+    def __init__(self, registration: _Optional[_Union[ProbeRegistration, _Mapping]] = ..., status: _Optional[_Union[_probe_service_pb2.ProbeStatus, _Mapping]] = ...) -> None: ...
 
 class WorkerEvent(_message.Message):
     __slots__ = ("seq", "ready", "fatal", "ack", "rejected", "attempt", "state_change", "heartbeat", "snapshot")

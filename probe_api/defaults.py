@@ -53,7 +53,7 @@ def longest_attempt_ms(spec: spec_pb.ProbeSpec) -> int:
     return MAX_TRIES * effective_timing(spec).timeout_ms
 
 
-# An attempt's result -> its field of the totals (service AttemptTotals and worker AttemptCounts name them alike).
+# An attempt's result -> its field of the totals (AttemptTotals).
 _TOTAL_FIELD = {
     spec_pb.RESULT_SUCCESS: "success",
     spec_pb.RESULT_WARNING: "warning",
@@ -63,6 +63,6 @@ _TOTAL_FIELD = {
 
 
 def count_attempt(totals, result: int) -> None:
-    """Adds one attempt to `totals` (the daemon's AttemptTotals or the worker's AttemptCounts)."""
+    """Adds one attempt to `totals` (an AttemptTotals, the daemon's or the worker's)."""
     field = _TOTAL_FIELD.get(result, "unknown")
     setattr(totals, field, getattr(totals, field) + 1)

@@ -19,7 +19,8 @@ MAX_FRAME = 1 << 20
 # Bumped whenever a worker and a daemon of different values could misunderstand each other. A daemon adopts a
 # running worker (after its own restart or upgrade) only if the worker speaks its version; any other worker is
 # replaced, and its probes go on from the daemon's stored state. 2: handover (Detach, Resume, ProbeProgress).
-WORKER_PROTOCOL_VERSION = 2
+# 3: a probe's progress is the service's ProbeStatus (ProbeRegistration.status, ProbeSnapshot.status).
+WORKER_PROTOCOL_VERSION = 3
 _HEADER = struct.Struct(">I")
 
 

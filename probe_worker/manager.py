@@ -6,6 +6,10 @@ and the channel. Results go out as events: an AttemptReport per attempt (with
 the due time of the tick it ran for and the ticks dropped before it, so the
 daemon can count late and missed attempts) and a StateChange only when the
 thresholded state changes (emit on change).
+
+A probe's progress is the service's ProbeStatus: the daemon may start a probe from one
+(`status` of its registration), and a Snapshot reports one back. The worker owns the
+fields probe_api/status.py names WORKER_OWNED; every other field goes back as it came.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import count_attempt
+from probe_api.status import status_copy
 from probe_api.validation import Timing, effective_timing
 from probe_worker.prober import Prober
 from probe_worker.scheduling import PhaseGrid, gate
@@ -29,24 +35,32 @@ Emit = Callable[[worker_pb.WorkerEvent], Awaitable[None]]
 
 @dataclass
 class _Probe:
-    reg: worker_pb.ProbeRegistration  # as added, progress cleared
+    reg: worker_pb.ProbeRegistration  # as added, status cleared
     timing: Timing
     tracker: ThresholdTracker
     started_at_ms: float              # container start, on the event loop's clock
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # The status the daemon started it from: handed back in a Snapshot, with the worker's own fields over it.
+    given: service_pb.ProbeStatus = field(default_factory=service_pb.ProbeStatus)
     # What a daemon adopting this worker needs besides the tracker (Snapshot): counted here, not only by the
-    # daemon, so that events lost with a daemon that died do not make the totals wrong.
+    # daemon, so that events lost with a daemon that died do not make the totals wrong. The last attempt is held
+    # as the prober made it, not copied into a message per attempt.
     last_attempt: spec_pb.Attempt | None = None
-    totals: worker_pb.AttemptCounts = field(default_factory=worker_pb.AttemptCounts)
+    totals: service_pb.AttemptTotals = field(default_factory=service_pb.AttemptTotals)
     state_changed_at_ns: int = 0
 
-    def progress(self) -> worker_pb.ProbeProgress:
+    def status(self) -> service_pb.ProbeStatus:
+        """Where the probe stands: the given status with the fields the worker owns (WORKER_OWNED) as it has them."""
         t = self.tracker
-        out = worker_pb.ProbeProgress(state=t.state, consecutive_successes=t.consecutive_successes,
-                                      consecutive_failures=t.consecutive_failures, on_hold=t.on_hold,
-                                      totals=self.totals, state_changed_at_unix_ns=self.state_changed_at_ns)
+        out = status_copy(self.given)
+        out.state, out.state_changed_at = t.state, self.state_changed_at_ns
+        out.consecutive_successes, out.consecutive_failures, out.on_hold = (
+            t.consecutive_successes, t.consecutive_failures, t.on_hold)
+        out.totals.CopyFrom(self.totals)
         if self.last_attempt is not None:
             out.last_attempt.CopyFrom(self.last_attempt)
+        else:
+            out.ClearField("last_attempt")
         return out
 
 
@@ -70,7 +84,7 @@ class ProbeManager:
 
         A replacement keeps the threshold bookkeeping when type and thresholds are
         unchanged; for a new container ID it resets the state to the initial value
-        and lifts "on hold", as the kubelet's worker does. A new probe with `progress`
+        and lifts "on hold", as the kubelet's worker does. A new probe with a `status`
         goes on from it (the daemon knows the state already: no change is emitted).
         """
         old = self._probes.pop(reg.probe_id, None)
@@ -78,7 +92,7 @@ class ProbeManager:
             old.task.cancel()
         previous = old.tracker.state if old is not None else spec_pb.STATE_UNKNOWN
         timing = effective_timing(reg.spec)
-        resumed = old is None and reg.HasField("progress")
+        resumed = old is None and reg.HasField("status")
         if old is not None and old.reg.type == reg.type and (
             old.timing.success_threshold, old.timing.failure_threshold
         ) == (timing.success_threshold, timing.failure_threshold):
@@ -89,16 +103,16 @@ class ProbeManager:
             tracker = ThresholdTracker(reg.type, timing.success_threshold, timing.failure_threshold)
         stored = worker_pb.ProbeRegistration()
         stored.CopyFrom(reg)
-        stored.ClearField("progress")
+        stored.ClearField("status")
         probe = _Probe(reg=stored, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
         if resumed:
-            p = reg.progress
+            p = probe.given = status_copy(reg.status)
             tracker.resume(p.state, p.consecutive_successes, p.consecutive_failures, p.on_hold)
             probe.totals.CopyFrom(p.totals)
             probe.last_attempt = p.last_attempt if p.HasField("last_attempt") else None
-            probe.state_changed_at_ns = p.state_changed_at_unix_ns
+            probe.state_changed_at_ns = p.state_changed_at
         elif old is not None:
-            probe.totals, probe.last_attempt = old.totals, old.last_attempt
+            probe.given, probe.totals, probe.last_attempt = old.given, old.totals, old.last_attempt
             probe.state_changed_at_ns = old.state_changed_at_ns
         self._probes[reg.probe_id] = probe
         if not resumed and tracker.state != previous:
@@ -108,7 +122,7 @@ class ProbeManager:
 
     def snapshot(self) -> list[worker_pb.ProbeSnapshot]:
         """Every probe as it runs and where it stands (for a daemon adopting this worker)."""
-        return [worker_pb.ProbeSnapshot(registration=p.reg, progress=p.progress()) for p in self._probes.values()]
+        return [worker_pb.ProbeSnapshot(registration=p.reg, status=p.status()) for p in self._probes.values()]
 
     def remove(self, probe_id: str) -> bool:
         probe = self._probes.pop(probe_id, None)

@@ -39,6 +39,7 @@ from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.observe.metrics import ShimMetrics
 from shim.state.registry import ProbeRegistry, is_registered
 from shim.state.results import ResultsManager
+from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
 from shim.state.writer import StateWriter, board_identity
@@ -135,8 +136,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
 
     upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
-    sandboxes = NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream)
-    results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
+    # One directory of sandboxes (resolutions, identities, the stopped set) for the registry, bridge and results.
+    sandboxes = SandboxDirectory(
+        NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream))
+    results = ResultsManager(board=board, tracer=tracer, metrics=metrics, sandboxes=sandboxes)
     handover_dir = os.path.join(config.state_dir, "workers") if config.handover_timeout_s > 0 else ""
     supervisor = WorkerSupervisor(
         functools.partial(Zygote.start, handover_dir=handover_dir, handover_timeout_s=config.handover_timeout_s),

@@ -4,7 +4,8 @@ For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.p
 1. the container -> its sandbox, name, pod identity and ports (containers.py; a container the runtime does not
    know is forwarded, so the kubelet gets the runtime's own NOT_FOUND, exactly as without the shim);
 2. the command -> a validated probe spec, with RunProbe's rules and `host` gate (bad arguments: exit 2);
-3. the sandbox -> its netns and IPs (cached like ExecProbe's; a sandbox that cannot be probed: exit 3);
+3. the sandbox -> its netns and IPs (the daemon's sandbox directory, remembered as for ExecProbe; a sandbox that
+   cannot be probed: exit 3);
 4. one attempt in the sandbox's worker (ExecProbe's path), bounded by the ExecSync timeout (hooks: the config's
    `hook_timeout_s`), one try (the kubelet retries errors itself), hook semantics for postStart/preStop; the
    worker stays up between calls, since the kubelet calls again every period;
@@ -29,8 +30,8 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from shim.bridge import answer
 from shim.bridge.command import HOOK_ROLES, ROLES, BadArguments, BridgedCall, marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
-from shim.sandboxes.cache import ResolvedSandboxes
-from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from shim.sandboxes.directory import SandboxDirectory
+from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady
 from shim.state.results import ResultsManager
 from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
 
@@ -49,10 +50,10 @@ def row_id(sandbox_id: str, container_id: str, role: str) -> str:
 
 
 class KubeletBridge:
-    def __init__(self, *, containers: CriContainers, sandboxes: SandboxSource, supervisor, results: ResultsManager,
-                 metrics, allow_host_field: bool, hook_timeout_s: float) -> None:
+    def __init__(self, *, containers: CriContainers, sandboxes: SandboxDirectory, supervisor,
+                 results: ResultsManager, metrics, allow_host_field: bool, hook_timeout_s: float) -> None:
         self._containers = containers
-        self._sandboxes = ResolvedSandboxes(sandboxes)
+        self._sandboxes = sandboxes  # the daemon's one directory (the registry forgets a stopped sandbox in it)
         self._supervisor = supervisor
         self._results = results
         self._metrics = metrics  # the bridge's own counter; attempts go to the results manager
@@ -71,9 +72,9 @@ class KubeletBridge:
         return result
 
     def forget_sandbox(self, sandbox_id: str) -> None:
-        """From the CRI proxy, before StopPodSandbox / RemovePodSandbox reach the runtime."""
+        """From the CRI proxy, before StopPodSandbox / RemovePodSandbox reach the runtime (the sandbox directory
+        hears of it from the registry's `sandbox_event`)."""
         self._containers.forget_sandbox(sandbox_id)
-        self._sandboxes.forget(sandbox_id)
 
     # --- one call ----------------------------------------------------------------------------------------------
 
@@ -91,7 +92,7 @@ class KubeletBridge:
             log.warning("bridged exec refused: %s", exc, extra=_log_fields(container))
             return answer.bad_arguments(str(exc))
         try:
-            sandbox = await self._sandboxes.resolve(container.sandbox_id)
+            sandbox = await self._sandboxes.resolve_cached(container.sandbox_id)
         except (SandboxNotFound, SandboxNotReady, RuntimeUnavailable) as exc:
             return answer.cannot_probe(str(exc))
         budget_s = call.spec.timeout_ms / 1000 + ANSWER_GRACE_S
@@ -123,7 +124,7 @@ class KubeletBridge:
 
     def _record(self, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall, attempt: spec_pb.Attempt,
                 traceparent: str | None) -> None:
-        self._results.note_sandbox(sandbox)
+        self._sandboxes.note(sandbox)
         now = time.time_ns()
         row = service_pb.Probe(
             probe_id=row_id(sandbox.id, container.id, call.role), pod_sandbox_id=sandbox.id, container_id=container.id,

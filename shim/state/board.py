@@ -1,6 +1,6 @@
 """The in-memory status of every probe, and the resumable, revisioned watch over it (KEP-2104 / KPNG style).
 
-Owns: the current Probe messages (registration plus observed status), the board's random instance id, its revision
+Owns: the current Probe messages (registration, metadata and `status`), the board's random instance id, its revision
 counter (+1 per change, from 0), a bounded history of changes, and the watchers.
 
 Watch protocol, as the client sees it:
@@ -38,8 +38,6 @@ Probe = service_pb.Probe
 ProbeFilter = service_pb.ProbeFilter
 WatchResponse = service_pb.WatchProbeStatusResponse
 
-# What a REMOVED event carries: enough for any filter to still match it.
-IDENTITY_FIELDS = ("probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "state", "labels")
 MIN_CONTAINER_ID_PREFIX = 3
 
 
@@ -57,7 +55,7 @@ def matches(filter: ProbeFilter, probe: Probe) -> bool:
         return False
     if filter.container and not container_matches(filter.container, probe):
         return False
-    if filter.HasField("state") and filter.state != probe.state:
+    if filter.HasField("state") and filter.state != probe.status.state:
         return False
     # .get, not []: indexing a protobuf map inserts the missing key.
     return all(probe.labels.get(key) == value for key, value in filter.label_selector.items())
@@ -73,8 +71,14 @@ def identity(probe: Probe) -> Probe:
     """The fields a filter looks at, and nothing else: the body of a REMOVED event. A change of any of them may
     take a probe out of a watcher's view, which then gets REMOVED."""
     out = Probe(probe_id=probe.probe_id, pod_sandbox_id=probe.pod_sandbox_id, container_id=probe.container_id,
-                container_name=probe.container_name, type=probe.type, state=probe.state)
+                container_name=probe.container_name, type=probe.type, status=service_pb.ProbeStatus(state=probe.status.state))
     out.labels.update(probe.labels)
+    return out
+
+
+def _copy(probe: Probe) -> Probe:
+    out = Probe()
+    out.CopyFrom(probe)
     return out
 
 
@@ -182,7 +186,7 @@ Listener = Callable[[str, "Probe | None", bool], None]
 class StatusBoard:
     def __init__(self, *, history_size: int = 4096, watcher_queue: int = 1024, instance_id: str | None = None,
                  revision: int = 0, resume_point: int | None = None) -> None:
-        """instance_id and revision: where an earlier daemon's board left off (state_writer.py keeps them), so that
+        """instance_id and revision: where an earlier daemon's board left off (shim/state/writer.py keeps them), so that
         watchers resume across a restart. resume_point: the last revision whose state is fully in the store; a
         watcher resuming from it gets the changes from `revision` on (the revisions in between, if any, were
         issued by a daemon that crashed before storing them: a watcher that saw one gets the full state)."""
@@ -216,11 +220,7 @@ class StatusBoard:
 
     def get(self, probe_id: str) -> Probe | None:
         probe = self._probes.get(probe_id)
-        if probe is None:
-            return None
-        out = Probe()
-        out.CopyFrom(probe)
-        return out
+        return _copy(probe) if probe is not None else None
 
     def peek(self, probe_id: str) -> Probe | None:
         """The stored probe itself, not a copy, for the per-attempt path where a copy of every field
@@ -234,12 +234,7 @@ class StatusBoard:
     def list(self, filter: ProbeFilter | None = None) -> list[Probe]:
         """Copies of the matching probes, sorted by sandbox, container, type."""
         selected = [p for p in self._probes.values() if filter is None or matches(filter, p)]
-        out = []
-        for probe in sorted(selected, key=sort_key):
-            copy = Probe()
-            copy.CopyFrom(probe)
-            out.append(copy)
-        return out
+        return [_copy(probe) for probe in sorted(selected, key=sort_key)]
 
     # --- changes -------------------------------------------------------------------------------
 
@@ -251,15 +246,11 @@ class StatusBoard:
         """Puts back the rows an earlier daemon had, each with its own revision: no new revision, no event (the
         watchers that saw them resume from the revision they had)."""
         for probe in probes:
-            stored = Probe()
-            stored.CopyFrom(probe)
-            self._probes[stored.probe_id] = stored
+            self._probes[probe.probe_id] = _copy(probe)
 
     def put(self, probe: Probe) -> int:
         """Adds or replaces a probe (the board keeps a copy); returns the new revision, also set as its revision."""
-        stored = Probe()
-        stored.CopyFrom(probe)
-        return self._commit(stored)
+        return self._commit(_copy(probe))
 
     def update(self, probe_id: str, mutate: Callable[[Probe], None]) -> int | None:
         """Applies mutate to the probe, then records the change like put(); None if the probe is unknown.
@@ -269,8 +260,7 @@ class StatusBoard:
         current = self._probes.get(probe_id)
         if current is None:
             return None
-        changed = Probe()
-        changed.CopyFrom(current)
+        changed = _copy(current)
         mutate(changed)
         if changed.probe_id != probe_id:
             raise ValueError(f"update of {probe_id!r} must not change its probe_id")
@@ -288,7 +278,7 @@ class StatusBoard:
         return self._revision
 
     def record_attempt(self, probe_id: str, mutate: Callable[[Probe], None]) -> None:
-        """Applies an attempt's effects (last_attempt, totals, counters), without a new revision.
+        """Applies an attempt's effects (in `status`: last attempt, totals, counters), without a new revision.
 
         Attempts are not state changes: they are neither in the history nor sent to watchers without
         every_attempt. mutate must only touch status fields (not the identity a filter looks at).
@@ -299,8 +289,7 @@ class StatusBoard:
         # On a fresh copy, not in place: protobuf (upb) frees the memory of a replaced sub-message
         # only with the whole message, so a stored probe changed in place grew by an attempt at every
         # attempt (~0.6 KiB; the daemon grew 115 KiB/s at 300 attempts/s). The copy costs ~1 us.
-        probe = Probe()
-        probe.CopyFrom(current)
+        probe = _copy(current)
         mutate(probe)
         self._probes[probe_id] = probe
         if self._listener is not None:

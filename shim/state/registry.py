@@ -20,9 +20,10 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import longest_attempt_ms
 from probe_api.validation import FieldError, texts
 from shim.api import request_rules as rules
-from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady, SandboxSource
+from probe_api.status import copy_status
+from shim.sandboxes.directory import SandboxDirectory
+from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady
 from shim.state.results import ProbeLabels, ResultsManager
-from shim.sandboxes.cache import ResolvedSandboxes
 from shim.state.store import StoreUnavailable
 from shim.workers.supervisor import SandboxTarget, WorkerRejected
 
@@ -65,25 +66,16 @@ def _registration(req: service_pb.RunProbeRequest, probe_id: str, created_at: in
     )
 
 
-# What the daemon has observed of a probe, as opposed to what RunProbe registered.
-_OBSERVED_SCALARS = ("state", "state_changed_at", "last_trace_id", "last_span_id",
-                     "consecutive_successes", "consecutive_failures", "on_hold")
-_OBSERVED_MESSAGES = ("last_attempt", "totals", "worker")
-
-
 def _with_observed(registration: service_pb.Probe, previous: service_pb.Probe | None,
                    with_revision: bool = False) -> service_pb.Probe:
-    """A replaced probe of the same container keeps its results so far; a new container starts clean."""
-    status = service_pb.Probe()
-    status.CopyFrom(registration)
-    if with_revision and previous is not None:
-        status.revision = previous.revision
+    """A replaced probe of the same container keeps its status so far; a new container starts clean."""
+    row = service_pb.Probe()
+    row.CopyFrom(registration)
     if previous is not None:
-        for name in _OBSERVED_SCALARS:
-            setattr(status, name, getattr(previous, name))
-        for name in _OBSERVED_MESSAGES:
-            getattr(status, name).CopyFrom(getattr(previous, name))
-    return status
+        if with_revision:
+            row.revision = previous.revision
+        copy_status(previous.status, row.status)
+    return row
 
 
 def _with_stored_observations(registration: service_pb.Probe, observed: service_pb.Probe | None) -> service_pb.Probe:
@@ -113,18 +105,15 @@ def _target(sandbox: SandboxInfo) -> SandboxTarget:
 
 
 class ProbeRegistry:
-    def __init__(self, *, config, sandboxes: SandboxSource, store, board, supervisor,
+    def __init__(self, *, config, sandboxes: SandboxDirectory, store, board, supervisor,
                  results: ResultsManager) -> None:
         self._config = config
-        self._sandboxes = sandboxes
-        self._exec_sandboxes = ResolvedSandboxes(sandboxes)  # ExecProbe's hot path: no CRI call per attempt
+        self._sandboxes = sandboxes  # shared with the bridge and the results manager
         self._store = store
         self._board = board
         self._supervisor = supervisor
         self._results = results
         self._lock = asyncio.Lock()  # registrations change one at a time
-        # Sandboxes the kubelet stopped: a CRI sandbox never runs again, so their workers are never resumed.
-        self._stopped: set[str] = set()
 
     # --- API -----------------------------------------------------------------------
 
@@ -145,11 +134,11 @@ class ProbeRegistry:
             await self._store.run(self._store.save, probe)
             same_container = existing is not None and existing.container_id == probe.container_id
             self._board.put(_with_observed(probe, existing if same_container else None))
-            self._results.note_sandbox(sandbox)
+            self._sandboxes.note(sandbox)
             self._results.set_traceparent(probe_id, traceparent)
             await self._start(sandbox, [probe], start_now=True)
-            worker = self._supervisor.status(sandbox.id, as_reported=True)
-            self._board.update(probe_id, lambda p: p.worker.CopyFrom(worker))
+            self._results.show_worker(probe_id, self._supervisor.status(sandbox.id, as_reported=True),
+                                      unchanged_too=True)
         log.info("probe registered", extra={"probe_id": probe_id, "sandbox": sandbox.id,
                                             "type": spec_pb.ProbeType.Name(req.type)})
         return probe_id
@@ -173,7 +162,7 @@ class ProbeRegistry:
         errors = rules.exec_probe_errors(req, self._config.allow_host_field)
         if errors:
             raise InvalidRequest(errors)
-        sandbox = await self._exec_sandboxes.resolve(req.pod_sandbox_id)
+        sandbox = await self._sandboxes.resolve_cached(req.pod_sandbox_id)
         reg = worker_pb.ProbeRegistration(
             type=req.type or spec_pb.READINESS, spec=req.spec,
             container=worker_pb.ContainerRef(ports=req.container_ports),
@@ -191,7 +180,7 @@ class ProbeRegistry:
         counts: dict[str, int] = {}
         for probe in self._board.list(service_pb.ProbeFilter()):
             counts[probe.pod_sandbox_id] = counts.get(probe.pod_sandbox_id, 0) + 1
-        known = self._results.known_sandboxes()
+        known = self._sandboxes.known()
         for info in await self._sandboxes.list():
             known.setdefault(info.id, info)
         out = []
@@ -209,13 +198,12 @@ class ProbeRegistry:
     async def sandbox_event(self, kind: str, sandbox_id: str) -> None:
         """From the CRI proxy: StopPodSandbox stops the worker, RemovePodSandbox drops the probes."""
         log.info("sandbox %s seen on the CRI", kind, extra={"sandbox": sandbox_id})
-        self._exec_sandboxes.forget(sandbox_id)
+        self._sandboxes.sandbox_stopping(sandbox_id, removed=kind == "remove")
         if kind == "remove":
             async with self._lock:
                 await self._remove([p.probe_id for p in self._probes_of(sandbox_id)])
-            self._stopped.discard(sandbox_id)
+            self._sandboxes.forget(sandbox_id)
         else:
-            self._stopped.add(sandbox_id)
             await self._supervisor.stop_sandbox(sandbox_id)
 
     async def reconcile(self) -> None:
@@ -237,7 +225,7 @@ class ProbeRegistry:
         for sid in sorted(sandbox_ids):
             if sid in gone:
                 await self._drop_gone_sandbox(sid, gone[sid])
-            elif sid not in running and sid not in self._stopped and self._registered_of(sid):
+            elif sid not in running and not self._sandboxes.is_stopped(sid) and self._registered_of(sid):
                 await self._resume_sandbox(sid)
 
     def _worker_netns(self, sandbox_id: str) -> int:
@@ -247,11 +235,10 @@ class ProbeRegistry:
 
     def _say_why(self, sandbox_id: str, reason: str) -> None:
         """Shows on the sandbox's probes that no worker runs for them, and why."""
-        def say(probe: service_pb.Probe) -> None:
-            probe.worker.state, probe.worker.pid, probe.worker.last_error = service_pb.WORKER_NONE, 0, reason
-
         for probe in self._probes_of(sandbox_id):
-            self._board.update(probe.probe_id, say)
+            worker = probe.status.worker
+            worker.state, worker.pid, worker.last_error = service_pb.WORKER_NONE, 0, reason
+            self._results.show_worker(probe.probe_id, worker, unchanged_too=True)
 
     async def _drop_gone_sandbox(self, sandbox_id: str, why: str) -> None:
         log.info("sandbox is gone; dropping its probes: %s", why, extra={"sandbox": sandbox_id})
@@ -264,11 +251,11 @@ class ProbeRegistry:
             except StoreUnavailable as exc:  # kept (stored and listed, worker stopped); retried next pass
                 log.warning("cannot drop the probes of a gone sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
                 return
-        self._stopped.discard(sandbox_id)
+        self._sandboxes.forget(sandbox_id)
 
     async def restore(self) -> None:
-        """After a (re)start: every acknowledged probe back on the board as the last daemon saw it (its state,
-        counts, last attempt, totals: no change without an attempt), and its worker started or adopted; the
+        """After a (re)start: every acknowledged probe back on the board as the last daemon saw it (its status:
+        no change without an attempt), and its worker started or adopted; the
         kubelet bridge's rows too, their sandboxes kept warm."""
         probes = await self._store.run(self._store.load_all)
         observed = await self._store.run(self._store.load_observed)
@@ -292,7 +279,7 @@ class ProbeRegistry:
             return
         except RuntimeUnavailable:
             return  # the next ExecSync brings it back
-        self._results.note_sandbox(sandbox)
+        self._sandboxes.note(sandbox)
         self._supervisor.keep_warm(_target(sandbox))
 
     async def _resume_sandbox(self, sandbox_id: str) -> None:
@@ -306,9 +293,9 @@ class ProbeRegistry:
             log.warning("cannot resume sandbox yet: %s", exc, extra={"sandbox": sandbox_id})
             self._say_why(sandbox_id, f"waiting for the runtime: {exc}")
             return
-        if sandbox_id in self._stopped:
+        if self._sandboxes.is_stopped(sandbox_id):
             return  # stopped while we asked the runtime: the runtime's READY was stale
-        self._results.note_sandbox(sandbox)
+        self._sandboxes.note(sandbox)
         # Jittered start, as the kubelet does after its own restart: no thundering herd.
         await self._start(sandbox, self._registered_of(sandbox_id), start_now=False)
 
@@ -349,7 +336,6 @@ class ProbeRegistry:
             self._board.remove(probe_id)
             self._results.probe_removed(probe)
             await self._supervisor.remove_probe(probe.pod_sandbox_id, probe_id)
-        for sid in list(self._results.known_sandboxes()) + list(self._stopped):
+        for sid in sorted(self._sandboxes.remembered()):
             if not self._probes_of(sid):  # nothing left to remember about a sandbox without probes
-                self._results.forget_sandbox(sid)
-                self._stopped.discard(sid)
+                self._sandboxes.forget(sid)

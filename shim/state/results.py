@@ -7,9 +7,14 @@ the last attempt, counters and totals, and reaches every_attempt watchers as ATT
 kubelet's metrics. Emit on change, as the kubelet's results manager does: the worker reports a state change only
 when the state changes, and nothing else here makes a revision per attempt.
 
-Registrations are not this module's: the registry puts and removes probes on the board and tells this module who a
-sandbox is (`note_sandbox`: its pod's name, namespace and uid label spans and metrics) and which trace parents a
-probe's attempts (`set_traceparent`). One `ProbeLabels` value is what a span and a metric series carry.
+Registrations are not this module's: the registry puts and removes probes on the board and tells this module which
+trace parents a probe's attempts (`set_traceparent`). Who a sandbox is (its pod's name, namespace and uid label
+spans and metrics) is the daemon's sandbox directory's (shim/sandboxes/directory.py). One `ProbeLabels` value is
+what a span and a metric series carry.
+
+This module is the one writer of `status.worker` (`show_worker`): which worker serves a probe, as the supervisor
+reports it. A worker's progress comes and goes as the probe's ProbeStatus itself (`progress_of`, a Snapshot), moved
+with probe_api/status.py's one copy operation.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import count_attempt, is_late
-from shim.sandboxes.resolver import SandboxInfo
+from probe_api.status import WORKER_OWNED, copy_status, status_copy
+from shim.sandboxes.directory import SandboxDirectory
 
 
 @dataclass(frozen=True)
@@ -39,28 +45,16 @@ class ProbeLabels:
 
 
 class ResultsManager:
-    def __init__(self, *, board, tracer, metrics) -> None:
+    def __init__(self, *, board, tracer, metrics, sandboxes: SandboxDirectory) -> None:
         self._board = board
         self._tracer = tracer
         self._metrics = metrics
-        self._sandboxes: dict[str, SandboxInfo] = {}
+        self._sandboxes = sandboxes  # read only here: who a sandbox is
         self._traceparents: dict[str, str] = {}
         self._restarts_seen: dict[str, int] = {}
         self._running: dict[str, int] = {}  # sandbox -> pid of the worker serving it, for probe_shim_workers
 
-    # --- who is who (from the registry and the bridge) ------------------------------------------------------
-
-    def note_sandbox(self, sandbox: SandboxInfo) -> None:
-        self._sandboxes[sandbox.id] = sandbox
-
-    def sandbox(self, sandbox_id: str) -> SandboxInfo | None:
-        return self._sandboxes.get(sandbox_id)
-
-    def known_sandboxes(self) -> dict[str, SandboxInfo]:
-        return dict(self._sandboxes)
-
-    def forget_sandbox(self, sandbox_id: str) -> None:
-        self._sandboxes.pop(sandbox_id, None)
+    # --- who is who (from the registry) ----------------------------------------------------------------------
 
     def set_traceparent(self, probe_id: str, traceparent: str | None) -> None:
         """The caller's trace parents this probe's attempt spans (kept in memory only)."""
@@ -70,7 +64,7 @@ class ResultsManager:
             self._traceparents.pop(probe_id, None)
 
     def labels(self, probe: service_pb.Probe) -> ProbeLabels:
-        info = self._sandboxes.get(probe.pod_sandbox_id)
+        info = self._sandboxes.identity(probe.pod_sandbox_id)
         return ProbeLabels(
             probe_id=probe.probe_id, probe_type=probe.type, sandbox_id=probe.pod_sandbox_id,
             container_name=probe.container_name, pod_name=info.name if info else "",
@@ -93,64 +87,61 @@ class ResultsManager:
             now = change.changed_at_unix_ns or time.time_ns()
 
             def set_state(p: service_pb.Probe) -> None:
-                p.state = change.state
-                p.state_changed_at = now
+                p.status.state = change.state
+                p.status.state_changed_at = now
 
             current = self._board.peek(change.probe_id)
-            if current is not None and current.state == change.state and current.state_changed_at:
+            if current is not None and current.status.state == change.state and current.status.state_changed_at:
                 return  # the board had it already (a worker resumed from it): no change, no revision
             self._board.update(change.probe_id, set_state)
         elif kind == "snapshot":
             for probe in event.snapshot.probes:
-                self._take_progress(probe.registration.probe_id, probe.progress)
+                self._take_progress(probe.registration.probe_id, probe.status)
 
-    def progress_of(self, probe_id: str) -> worker_pb.ProbeProgress | None:
-        """Where a probe stands, for a worker that starts it again; None if no worker ever ran it."""
+    def progress_of(self, probe_id: str) -> service_pb.ProbeStatus | None:
+        """Where a probe stands (its status, whole), for a worker that starts it again; None if no worker ever ran
+        it. The worker hands back what it does not own as it was (probe_api/status.py)."""
         probe = self._board.peek(probe_id)
-        if probe is None or not probe.state_changed_at:
+        if probe is None or not probe.status.state_changed_at:
             return None
-        t = probe.totals
-        progress = worker_pb.ProbeProgress(
-            state=probe.state, state_changed_at_unix_ns=probe.state_changed_at,
-            consecutive_successes=probe.consecutive_successes,
-            consecutive_failures=probe.consecutive_failures, on_hold=probe.on_hold,
-            totals=worker_pb.AttemptCounts(success=t.success, warning=t.warning, failure=t.failure, unknown=t.unknown))
-        if probe.HasField("last_attempt"):
-            progress.last_attempt.CopyFrom(probe.last_attempt)
-        return progress
+        return status_copy(probe.status)
 
-    def _take_progress(self, probe_id: str, progress: worker_pb.ProbeProgress) -> None:
-        """An adopted worker's word on where a probe stands: it ran on while no daemon listened, so it is right.
-        The state changes here only if an attempt the daemon never heard of changed it."""
+    def _take_progress(self, probe_id: str, reported: service_pb.ProbeStatus) -> None:
+        """An adopted worker's word on where a probe stands (the fields it owns): it ran on while no daemon
+        listened, so it is right. The state changes here only if an attempt the daemon never heard of changed it,
+        and the last attempt only for a newer one."""
         current = self._board.peek(probe_id)
         if current is None:
             return
-        if current.state != progress.state or not current.state_changed_at:
-            changed_at = progress.state_changed_at_unix_ns or time.time_ns()
+        if current.status.state != reported.state or not current.status.state_changed_at:
+            changed_at = reported.state_changed_at or time.time_ns()
 
             def set_state(p: service_pb.Probe) -> None:
-                p.state = progress.state
-                p.state_changed_at = changed_at
+                p.status.state = reported.state
+                p.status.state_changed_at = changed_at
 
             self._board.update(probe_id, set_state)
 
         def apply(p: service_pb.Probe) -> None:
-            if progress.HasField("last_attempt") and \
-                    progress.last_attempt.started_at_unix_ns >= p.last_attempt.started_at_unix_ns:
-                p.last_attempt.CopyFrom(progress.last_attempt)
-            p.consecutive_successes = progress.consecutive_successes
-            p.consecutive_failures = progress.consecutive_failures
-            p.on_hold = progress.on_hold
-            t = progress.totals
-            p.totals.success, p.totals.warning, p.totals.failure, p.totals.unknown = \
-                t.success, t.warning, t.failure, t.unknown
+            kept = status_copy(p.status)  # the board's state (set above) and, if newer, its last attempt
+            copy_status(reported, p.status, only=WORKER_OWNED)
+            p.status.state, p.status.state_changed_at = kept.state, kept.state_changed_at
+            if not reported.HasField("last_attempt") or \
+                    reported.last_attempt.started_at_unix_ns < kept.last_attempt.started_at_unix_ns:
+                copy_status(kept, p.status, only=("last_attempt",))
 
         self._board.record_attempt(probe_id, apply)
 
+    def show_worker(self, probe_id: str, worker: service_pb.WorkerStatus, *, unchanged_too: bool = False) -> None:
+        """The worker serving a probe, on its row (a revision); a worker status as it was (a worker adopted across
+        a restart) makes none, unless `unchanged_too` (the registry's word after a registration)."""
+        current = self._board.peek(probe_id)
+        if current is not None and (unchanged_too or current.status.worker != worker):
+            self._board.update(probe_id, lambda p: _show_worker(p, worker))
+
     def on_worker(self, sandbox_id: str, status: service_pb.WorkerStatus) -> None:
         for probe in self._board.list(service_pb.ProbeFilter(pod_sandbox_id=sandbox_id)):
-            if probe.worker != status:  # as it was (a worker adopted across a restart): no revision
-                self._board.update(probe.probe_id, lambda p: p.worker.CopyFrom(status))
+            self.show_worker(probe.probe_id, status)
         # A pooled worker's restart reaches each of its sandboxes: counted once, for its group.
         group = status.group or sandbox_id
         if status.restarts > self._restarts_seen.get(group, 0):
@@ -172,12 +163,13 @@ class ResultsManager:
             attempt, labels, spec=probe.spec, traceparent=self._traceparents.get(probe.probe_id))
 
         def apply(p: service_pb.Probe) -> None:
-            p.last_attempt.CopyFrom(attempt)
-            p.last_trace_id, p.last_span_id = trace_id, span_id
-            p.consecutive_successes = report.consecutive_successes
-            p.consecutive_failures = report.consecutive_failures
-            p.on_hold = report.on_hold
-            count_attempt(p.totals, attempt.result)
+            status = p.status
+            status.last_attempt.CopyFrom(attempt)
+            status.last_trace_id, status.last_span_id = trace_id, span_id
+            status.consecutive_successes = report.consecutive_successes
+            status.consecutive_failures = report.consecutive_failures
+            status.on_hold = report.on_hold
+            count_attempt(status.totals, attempt.result)
 
         self._board.record_attempt(probe.probe_id, apply)
         self._metrics.observe_attempt(
@@ -208,7 +200,7 @@ class ResultsManager:
             fresh.CopyFrom(row)
             if current is not None:
                 fresh.created_at = current.created_at
-                fresh.totals.CopyFrom(current.totals)
+                fresh.status.totals.CopyFrom(current.status.totals)
             self._board.put(fresh)
         self._board.record_attempt(row.probe_id, _bridged_apply(attempt, trace_id, span_id, row, worker))
 
@@ -216,10 +208,15 @@ class ResultsManager:
 def _bridged_apply(attempt: spec_pb.Attempt, trace_id: str, span_id: str, row: service_pb.Probe,
                    worker: service_pb.WorkerStatus) -> Callable[[service_pb.Probe], None]:
     def apply(probe: service_pb.Probe) -> None:
-        probe.last_attempt.CopyFrom(attempt)
-        probe.last_trace_id, probe.last_span_id = trace_id, span_id
+        probe.status.last_attempt.CopyFrom(attempt)
+        probe.status.last_trace_id, probe.status.last_span_id = trace_id, span_id
         probe.bridged.last_exec_at = row.bridged.last_exec_at
-        probe.worker.CopyFrom(worker)
-        count_attempt(probe.totals, attempt.result)
+        _show_worker(probe, worker)
+        count_attempt(probe.status.totals, attempt.result)
 
     return apply
+
+
+def _show_worker(probe: service_pb.Probe, worker: service_pb.WorkerStatus) -> None:
+    """The one statement that writes a probe's worker status (through show_worker, or a bridged attempt)."""
+    probe.status.worker.CopyFrom(worker)

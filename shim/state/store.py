@@ -1,12 +1,12 @@
 """Durable registrations: the probes RunProbe acknowledged, kept in SQLite under the state dir.
 
-Owns the database file (mode 0600), its schema (versioned with PRAGMA user_version, migrated forward on open)
-and its durability settings. Two kinds of rows:
+Owns the database file (mode 0600), its durability settings, and the schema's upkeep (versioned with PRAGMA
+user_version, migrated forward on open; the tables and steps are in shim/state/schema.py). Two kinds of rows:
 - registrations (table probes): what RunProbe was given, its id and creation time. WAL with synchronous=FULL, one
   transaction per call, so every commit is fsynced before save() or delete() returns: RunProbe acknowledges only
   what survives a crash or a power loss.
 - observations (table probe_state, written by state_writer.py): what the daemon saw of each probe (its
-  thresholded state and what the thresholds need, last attempt, totals; for a kubelet bridge row, the whole row),
+  status: thresholded state and what the thresholds need, last attempt, totals; a kubelet bridge row whole),
   and the board's identity (table meta: instance id, revisions). Written behind the probes' backs, in batches,
   with synchronous=NORMAL: such a commit survives the daemon's crash (the WAL is in the page cache), and a power
   loss may take the last ones back, which only matters to a node whose pods are gone with it.
@@ -40,6 +40,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from cri_proto import probe_service_pb2 as service_pb
+from shim.state.schema import MIGRATIONS, SCHEMA_VERSION, decode_observed, decode_registration, encode_registration, run_step
 
 log = logging.getLogger(__name__)
 
@@ -48,34 +49,6 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 # SQLite creates these beside the database (with the database's mode); tightened too if they pre-exist.
 SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
-
-# The fields of a Probe that RunProbe registers; everything else is observed and not persisted.
-REGISTRATION_FIELDS = frozenset({
-    "probe_id", "pod_sandbox_id", "container_id", "container_name", "type", "spec", "labels",
-    "container_started_at", "container_ports", "created_at",
-})
-
-# MIGRATIONS[n] takes the schema from version n to n + 1. Append only; never edit a released step.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE probes (
-            probe_id       TEXT    NOT NULL PRIMARY KEY,
-            pod_sandbox_id TEXT    NOT NULL,
-            container_id   TEXT    NOT NULL,
-            type           INTEGER NOT NULL,
-            registration   BLOB    NOT NULL  -- a Probe holding only REGISTRATION_FIELDS
-        )""",
-        "CREATE INDEX probes_by_container ON probes (pod_sandbox_id, container_id)",
-    ),
-    (
-        """CREATE TABLE probe_state (
-            probe_id TEXT NOT NULL PRIMARY KEY,
-            observed BLOB NOT NULL  -- a Probe: the board's row without its worker status
-        )""",
-        "CREATE TABLE meta (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
-    ),
-)
-SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT = """
     INSERT INTO probes (probe_id, pod_sandbox_id, container_id, type, registration) VALUES (?, ?, ?, ?, ?)
@@ -153,36 +126,6 @@ class CorruptRow:
 
     probe_id: str
     reason: str
-
-
-def registration_of(probe: service_pb.Probe) -> service_pb.Probe:
-    """A copy of the probe with only its registration fields (observations and unknown fields dropped)."""
-    out = service_pb.Probe()
-    out.CopyFrom(probe)
-    for field in out.DESCRIPTOR.fields:
-        if field.name not in REGISTRATION_FIELDS:
-            out.ClearField(field.name)
-    out.DiscardUnknownFields()
-    return out
-
-
-def encode_registration(probe: service_pb.Probe) -> bytes:
-    return registration_of(probe).SerializeToString(deterministic=True)
-
-
-def decode_registration(probe_id: str, blob: object) -> service_pb.Probe:
-    """The probe stored in a row; ValueError (with the reason) when the row is not a valid registration of probe_id."""
-    if not isinstance(blob, bytes):
-        raise ValueError(f"registration is a {type(blob).__name__}, not a blob")
-    probe = service_pb.Probe()
-    try:
-        probe.ParseFromString(blob)
-    except DecodeError as exc:
-        raise ValueError(f"registration does not decode: {exc}") from None
-    # Protobuf decodes many random byte strings without complaint; the id check catches those.
-    if probe.probe_id != probe_id:
-        raise ValueError(f"registration is for probe {probe.probe_id!r}, not {probe_id!r}")
-    return registration_of(probe)
 
 
 def _tighten(path: Path) -> None:
@@ -291,15 +234,10 @@ class ProbeStore:
         with self._lock:
             rows = self._connection().execute("SELECT probe_id, observed FROM probe_state").fetchall()
         for probe_id, blob in rows:
-            probe = service_pb.Probe()
             try:
-                probe.ParseFromString(blob)
-                if probe.probe_id != probe_id:
-                    raise ValueError(f"the row is for probe {probe.probe_id!r}")
+                out[probe_id] = decode_observed(probe_id, blob)
             except (DecodeError, TypeError, ValueError) as exc:
                 log.error("skipping an unreadable observation in the store: %s", exc, extra={"probe_id": probe_id})
-                continue
-            out[probe_id] = probe
         return out
 
     def load_meta(self) -> dict[str, str]:
@@ -404,9 +342,8 @@ class ProbeStore:
                     f"{self.path} has schema version {version}, newer than this shim's {SCHEMA_VERSION}: "
                     "refusing to downgrade it"
                 )
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    conn.execute(statement)
+            for step in MIGRATIONS[version:]:
+                run_step(conn, step)
             if version != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 log.info("probe store schema migrated", extra={"from_version": version, "to_version": SCHEMA_VERSION,

@@ -1,9 +1,9 @@
 """What the board observed, written to the store behind it, so that a restarted daemon starts where this one was.
 
-Durable: per probe, its thresholded state and what the thresholds need to go on (consecutive counts, on hold), its
-last attempt and totals; a kubelet bridge row whole; and the board's instance id and revision, so that watchers
-resume across a restart; the worker status as last shown (an adopted worker shows the same). Not durable:
-metrics, traces, watchers' queues.
+Durable: per probe, its row as the board has it, `status` whole (its thresholded state and what the thresholds
+need to go on, its last attempt and totals, the worker status as last shown: an adopted worker shows the same);
+a kubelet bridge row whole; and the board's instance id and revision, so that watchers resume across a restart.
+Not durable: metrics, traces, watchers' queues.
 
 Off the probes' path: the board tells `note` of each change (a plain call, no I/O), and the writes happen in
 batches on the store's thread:
@@ -39,8 +39,9 @@ REVISION_BLOCK = 1 << 20
 
 def durable_key(probe: service_pb.Probe, success_threshold: int, failure_threshold: int) -> tuple:
     """What the thresholded state needs to resume exactly; writes are due when it changes."""
-    return (probe.state, probe.on_hold, min(probe.consecutive_successes, success_threshold),
-            min(probe.consecutive_failures, failure_threshold))
+    status = probe.status
+    return (status.state, status.on_hold, min(status.consecutive_successes, success_threshold),
+            min(status.consecutive_failures, failure_threshold))
 
 
 def observed_blob(probe: service_pb.Probe) -> bytes:

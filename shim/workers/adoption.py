@@ -41,7 +41,7 @@ def adoption_verdict(hello: zygote_pb.Hello, *, have_spawner: bool) -> Verdict:
 
 
 def same_registration(wanted: worker_pb.ProbeRegistration, running: worker_pb.ProbeRegistration) -> bool:
-    """Whether a running probe already is the registration the daemon wants. Not compared: start_now and progress
+    """Whether a running probe already is the registration the daemon wants. Not compared: start_now and status
     (how it began, not what it is), and the container start when the daemon has none (the worker pinned one then:
     keeping it keeps the initial delay counted from the same instant)."""
     a, b = worker_pb.ProbeRegistration(), worker_pb.ProbeRegistration()
@@ -49,7 +49,7 @@ def same_registration(wanted: worker_pb.ProbeRegistration, running: worker_pb.Pr
     b.CopyFrom(running)
     for reg in (a, b):
         reg.ClearField("start_now")
-        reg.ClearField("progress")
+        reg.ClearField("status")
     if not a.container.started_at_unix_ns:
         b.container.started_at_unix_ns = 0
     return a == b

@@ -67,7 +67,7 @@ _RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED
 
 OnEvent = Callable[[str, worker_pb.WorkerEvent], None]
 OnWorker = Callable[[str, service_pb.WorkerStatus], None]
-ProgressOf = Callable[[str], "worker_pb.ProbeProgress | None"]
+ProgressOf = Callable[[str], "service_pb.ProbeStatus | None"]
 ADOPT_TIMEOUT_S = 10.0
 
 
@@ -435,7 +435,7 @@ class WorkerSupervisor(WorkerLives):
             return reg
         out = worker_pb.ProbeRegistration()
         out.CopyFrom(reg)
-        out.progress.CopyFrom(progress)
+        out.status.CopyFrom(progress)
         return out
 
     def _forward(self, group: Group, event: worker_pb.WorkerEvent) -> None:
