@@ -24,6 +24,7 @@ import psutil
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probectl_pb2 as probectl_pb
+from probe_api import handler_flags
 from probectl import convert, render, specs
 from probectl.client import (
     DEFAULT_ENDPOINT, ENDPOINT_ENV, NotFoundError, ProbeShimClient, ShimError, ShimUnavailable,
@@ -106,17 +107,17 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
     group.add_argument("--grpc", metavar="PORT", help="a gRPC health probe")
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="HTTP request header, repeatable (with --http-get)")
-    parser.add_argument("--http-protocol", choices=tuple(specs.HTTP_PROTOCOLS),
+    parser.add_argument("--http-protocol", choices=tuple(handler_flags.HTTP_PROTOCOLS),
                         help="with --http-get: HTTP1 (default; HTTPS may negotiate HTTP/2) or HTTP2: "
                              "HTTP/2 cleartext with prior knowledge, h2c (KEP-5999)")
     parser.add_argument("--service", help="gRPC health service name (with --grpc)")
-    parser.add_argument("--grpc-mode", choices=tuple(specs.GRPC_MODES),
+    parser.add_argument("--grpc-mode", choices=tuple(handler_flags.GRPC_MODES),
                         help="with --grpc: Plaintext (default) or TLS, without certificate verification (KEP-4939)")
-    parser.add_argument("--target", choices=specs.TARGETS, help="pod-ip (default) or loopback: the pod's 127.0.0.1")
-    parser.add_argument("--ip-family", choices=specs.IP_FAMILIES, help="default primary: the sandbox's first IP")
+    parser.add_argument("--target", choices=handler_flags.TARGETS, help="pod-ip (default) or loopback: the pod's 127.0.0.1")
+    parser.add_argument("--ip-family", choices=handler_flags.IP_FAMILIES, help="default primary: the sandbox's first IP")
     parser.add_argument("--container-port", action="append", default=[], type=_container_port,
                         metavar="NAME=PORT[/PROTOCOL]", help="a container port, to resolve a named probe port")
-    parser.add_argument("--type", choices=specs.PROBE_TYPES, required=type_required,
+    parser.add_argument("--type", choices=handler_flags.PROBE_TYPES, required=type_required,
                         default=None if type_required else "readiness",
                         help="which kubelet probe this is" + ("" if type_required else " (default readiness)"))
 
@@ -124,7 +125,7 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
 def _filter_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod", metavar="ID", help="only probes of this pod sandbox")
     parser.add_argument("--container", metavar="NAME|ID", help="only probes of this container (name or id)")
-    parser.add_argument("--type", choices=specs.PROBE_TYPES, help="only probes of this type")
+    parser.add_argument("--type", choices=handler_flags.PROBE_TYPES, help="only probes of this type")
     parser.add_argument("--state", choices=STATES, help="only probes in this state (watch: until they leave it)")
     parser.add_argument("--label", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                         help="only probes with this label, repeatable")
@@ -262,15 +263,15 @@ def _spec(args) -> spec_pb.ProbeSpec:
         raise UsageError("--grpc-mode goes with --grpc")
     spec = spec_pb.ProbeSpec()
     if args.http_get is not None:
-        spec.http_get.CopyFrom(specs.http_get_action(args.http_get, args.header, args.http_protocol))
+        spec.http_get.CopyFrom(handler_flags.http_get_action(args.http_get, args.header, args.http_protocol))
     elif args.tcp is not None:
-        spec.tcp_socket.CopyFrom(specs.tcp_socket_action(args.tcp))
+        spec.tcp_socket.CopyFrom(handler_flags.tcp_socket_action(args.tcp))
     else:
-        spec.grpc.CopyFrom(specs.grpc_action(args.grpc, args.service, args.grpc_mode))
+        spec.grpc.CopyFrom(handler_flags.grpc_action(args.grpc, args.service, args.grpc_mode))
     if args.target:
-        spec.target = specs.TARGETS[args.target]
+        spec.target = handler_flags.TARGETS[args.target]
     if args.ip_family:
-        spec.ip_family = specs.IP_FAMILIES[args.ip_family]
+        spec.ip_family = handler_flags.IP_FAMILIES[args.ip_family]
     if args.probe_timeout_ms is not None:
         spec.timeout_ms = args.probe_timeout_ms
     for flag, field in (("initial_delay", "initial_delay_ms"), ("period", "period_ms"),
@@ -339,7 +340,7 @@ def cmd_pods(args) -> int:
 def cmd_run(args) -> int:
     spec = _spec(args)
     with _client(args) as client:
-        probe_id = client.run_probe(args.pod, args.container, specs.PROBE_TYPES[args.type], spec,
+        probe_id = client.run_probe(args.pod, args.container, handler_flags.PROBE_TYPES[args.type], spec,
                                     container_id=args.container_id, container_ports=args.container_port,
                                     labels=dict(args.label))
     if args.output == "table":
@@ -418,7 +419,7 @@ def cmd_doctor(args) -> int:
 
 
 def _listed_probes(client: ProbeShimClient, args) -> list[service_pb.Probe]:
-    probes = client.probes(pod_sandbox_id=args.pod or "", probe_type=specs.PROBE_TYPES.get(args.type or "", 0),
+    probes = client.probes(pod_sandbox_id=args.pod or "", probe_type=handler_flags.PROBE_TYPES.get(args.type or "", 0),
                            labels=dict(args.label), container=args.container or "",
                            state=STATES[args.state] if args.state else None)
     return sorted(probes, key=render.probe_order)
@@ -461,7 +462,7 @@ def cmd_watch(args) -> int:
 
     previous = signal.signal(signal.SIGINT, on_ctrl_c)
     try:
-        events = client.watch(pod_sandbox_id=args.pod or "", probe_type=specs.PROBE_TYPES.get(args.type or "", 0),
+        events = client.watch(pod_sandbox_id=args.pod or "", probe_type=handler_flags.PROBE_TYPES.get(args.type or "", 0),
                               every_attempt=args.attempts, labels=dict(args.label), container=args.container or "",
                               state=STATES[args.state] if args.state else None)
         if args.output == "table":
@@ -489,7 +490,7 @@ def cmd_watch(args) -> int:
 def cmd_exec(args) -> int:
     spec = _spec(args)
     with _client(args) as client:
-        response = client.exec_probe(args.pod, spec, probe_type=specs.PROBE_TYPES[args.type],
+        response = client.exec_probe(args.pod, spec, probe_type=handler_flags.PROBE_TYPES[args.type],
                                      container_ports=args.container_port, traceparent=args.traceparent)
     if args.output == "table":
         _print(render.attempt_text(response.attempt, response.trace_id, _bar()))
@@ -594,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug
     try:
         return args.handler(args)
-    except (UsageError, specs.SpecError) as exc:
+    except (UsageError, handler_flags.SpecError) as exc:
         return _fail(str(exc), EXIT_ERROR, debug)
     except ShimUnavailable as exc:
         return _fail(str(exc), EXIT_UNREACHABLE, debug)

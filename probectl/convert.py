@@ -1,33 +1,11 @@
 """Kubernetes manifests -> the same manifests with their network probes and hooks bridged to the shim, and back.
 Pure: no I/O, no grpc. This is `probectl convert`, in the spirit of `istioctl kube-inject`.
 
-Owns: the rewrite rule and its inverse. In every pod spec apply would read (manifest.POD_SPEC_PATHS: a Pod, a
-PodTemplate, the template of a Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, ReplicationController, a
-CronJob's job template; a List or *List walked item by item; other kinds pass through unchanged, with a note), in
-every container of `containers` and `initContainers` (sidecars have probes):
-
-    livenessProbe / readinessProbe / startupProbe with httpGet, tcpSocket or grpc  -> exec, role liveness ...
-    lifecycle.postStart / lifecycle.preStop with httpGet or tcpSocket              -> exec, role postStart ...
-
-The exec is `{command: command_for(role, {handlerKey: handlerObject})}` (shim/bridge/command.py), in the handler
-key's place: every other field (initialDelaySeconds ... terminationGracePeriodSeconds) and the key order stay as
-they were, so the kubelet keeps its timing and thresholds. exec and sleep handlers are left alone, marker commands
-included, so converting twice changes nothing. `reverse=True` puts back every handler `handler_in` can read; a
-marker command it cannot read (probectl's hand-written flag form) is left with a note. reverse(convert(x)) equals x
-once parsed, key order included.
-
-What convert leaves, the API server still validates; what it rewrites, the API server no longer sees. So each
-rewritten handler is validated here as the shim will validate the command (parse_command: RunProbe's rules, named
-ports against the container's ports), and `host` is refused (blind SSRF, shim/api/request_rules.py HOST_GATE) unless
-allow_host: the daemon refuses it too unless its config allows it. The pod's own loopback (`127.0.0.1`, `::1`,
-`localhost`: probe_api.pod_loopback) is no such host inside the pod's netns and is converted as it is. A pod spec
-with `hostNetwork: true` is left as it is, with a note: there the pod's netns is the node's, where the kubelet's
-own probes already run, and the shim never probes the node's netns. Any error means no output at all, as kubectl
-applies nothing from an invalid manifest; `convert_object` (the admission webhook's) leaves what it cannot convert
-and says so instead.
-
-A pod (or template) with a handler rewritten also gets the annotation of its original handlers and a required
-node affinity on the shim nodes' label (probectl/bridged_pod.py); reverse takes both off.
+Owns the text side: reading YAML or JSON (one or several documents), expanding YAML aliases, and writing the
+result back. The rewrite rule itself, on parsed objects, is probe_api/pod_conversion.py, which the admission
+webhook applies too (leniently, to one pod): see there what is rewritten, what is validated and what is noted.
+Here it is applied strictly: any error means no output at all, as kubectl applies nothing from an invalid manifest.
+reverse(convert(x)) equals x once parsed, key order included.
 
 Messages name the manifest path in Kubernetes' field names (`spec.containers[0].readinessProbe.httpGet.host:
 Forbidden: ...`), prefixed `items[1].` inside a List and `documents[2].` when the text has several documents, as
@@ -43,72 +21,26 @@ kept: PyYAML drops them on reading.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import yaml
 
-from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.gostrings import go_quote
-from probe_api.pod_loopback import is_pod_loopback
-from shim.bridge.command import (
-    HANDLER_KEYS, HOOK_HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, BadArguments, command_for, handler_in,
-    is_marker, parse_command,
-)
-from probectl import bridged_pod
-from probectl.manifest import (
-    POD_SPEC_PATHS, InvalidField, find_pod_spec, json_kind, object_name, shown, yaml_problem,
-)
+from probe_api.bridge_command import MARKER
+from probe_api.pod_conversion import Conversion, convert_document
+from probectl.manifest import yaml_problem
 
 OUTPUTS = ("yaml", "json")
-PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  # livenessProbe -> liveness
-
-# The wording of shim/api/request_rules.py HOST_GATE, for a manifest: here the gate is --allow-host, and behind it the daemon's.
-HOST_FORBIDDEN = (
-    "Forbidden: the host field makes the runtime connect to any address the node can reach "
-    "(blind SSRF around NetworkPolicy, kubernetes#99425), and the shim refuses it unless its config sets "
-    "allow_host_field = true. Probes run inside the pod: leave host empty for the pod IP, use 127.0.0.1, ::1 or "
-    "localhost for the pod's own loopback, or convert with --allow-host where the daemon allows it"
-)
-HOST_NETWORK_NOTE = ("the pod uses the node's network namespace, where the kubelet's own probes already run and "
-                     "the shim never probes (there 127.0.0.1 is the node's loopback): its probes and hooks are left "
-                     "unchanged")
-
-# Every handler key of core/v1 Probe and LifecycleHandler: two of them in one handler is the API's error, and the
-# exec convert writes must not land beside another handler.
-_PROBE_HANDLERS = ("exec", *HANDLER_KEYS)
-_HOOK_HANDLERS = ("exec", *HOOK_HANDLER_KEYS, "sleep")
-# Any valid timeout: the kubelet's timeoutSeconds stays in the probe, where the API server validates it.
-_VALIDATION_TIMEOUT_MS = 1000
 # Values that expanding YAML aliases may add to a manifest: without aliases a value takes at least a character.
 _MIN_VALUES_BUDGET = 100_000
 
 
 @dataclass
-class ConvertResult:
+class ConvertResult(Conversion):
     text: str = ""                  # the converted manifest; "" when there are errors
-    notes: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # lenient: what would have been an error, left unchanged
-    probes: int = 0                 # probes rewritten (with reverse: restored)
-    hooks: int = 0                  # lifecycle hooks rewritten (with reverse: restored)
 
 
 class _Unreadable(ValueError):
     """The parsed text is no manifest convert can write back; the message completes "the manifest ..."."""
-
-
-@dataclass
-class _Run:
-    reverse: bool
-    allow_host: bool
-    result: ConvertResult
-    node_affinity: bool = True
-    lenient: bool = False
-
-    def problem(self, text: str) -> None:
-        """A handler (or pod) convert cannot rewrite: an error, or in lenient mode left unchanged and said so."""
-        (self.result.left if self.lenient else self.result.errors).append(text)
 
 
 def convert(text: str, *, reverse: bool = False, allow_host: bool = False, output: str = "yaml",
@@ -131,24 +63,15 @@ def convert(text: str, *, reverse: bool = False, allow_host: bool = False, outpu
     if not documents:
         result.errors.append("the manifest has no objects")
         return result
-    run = _Run(reverse, allow_host, result, node_affinity)
     for index, document in enumerate(documents):
-        _walk_object(document, f"documents[{index}]." if len(documents) > 1 else "", run)
+        convert_document(document, f"documents[{index}]." if len(documents) > 1 else "", result, reverse=reverse,
+                         allow_host=allow_host, node_affinity=node_affinity)
     if result.errors:
         return result
     if not result.probes and not result.hooks:
         result.notes.append(f"no {MARKER} command to restore" if reverse
                             else "no httpGet, tcpSocket or grpc probe or hook to convert")
     result.text = _dump(documents, output)
-    return result
-
-
-def convert_object(obj: dict, *, allow_host: bool = False) -> ConvertResult:
-    """Converts one parsed object in place, leniently: a handler that cannot be converted (a host outside the pod,
-    a port the shim would refuse, a field of the wrong type) is left as it is and said so in `left`, for the
-    admission webhook, which must let such a pod through as it is rather than refuse it. `text` stays empty."""
-    result = ConvertResult()
-    _walk_object(obj, "", _Run(False, allow_host, result, lenient=True))
     return result
 
 
@@ -195,205 +118,3 @@ def _dump(documents: list, output: str) -> str:
     # width: a marker command's JSON stays on one line, as it is read and diffed.
     return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, allow_unicode=True,
                               width=2**31 - 1)
-
-
-# --- objects and pod specs -------------------------------------------------------------------------------------
-
-def _walk_object(obj: object, prefix: str, run: _Run) -> None:
-    where = prefix.rstrip(".") or "the manifest"
-    if not isinstance(obj, dict):
-        run.result.errors.append(f"{where}: expected a Kubernetes object, got {json_kind(obj)}")
-        return
-    kind = obj.get("kind")
-    if not isinstance(kind, str) or not kind:
-        run.result.errors.append(f"{prefix}kind: Required value: expected a Kubernetes object with its kind")
-        return
-    if kind.endswith("List") and kind not in POD_SPEC_PATHS:
-        items = obj.get("items")
-        if not isinstance(items, list):
-            run.result.errors.append(f"{prefix}items: Invalid value: {shown(items)}: must be a list")
-            return
-        for index, item in enumerate(items):
-            _walk_object(item, f"{prefix}items[{index}].", run)
-        return
-    if kind not in POD_SPEC_PATHS:
-        run.result.notes.append(f"{where}: {kind} {go_quote(object_name(obj))} has no pod spec: left unchanged")
-        return
-    try:
-        path, pod_spec = find_pod_spec(obj, kind, prefix)
-    except InvalidField as exc:
-        run.problem(str(exc))
-        return
-    holder = _pod_holder(obj, kind)
-    holder_path = path.rpartition(".")[0] if "." in path else prefix.rstrip(".")
-    if run.reverse:
-        _walk_pod_spec(pod_spec, path, run)
-        bridged_pod.unmark(holder, pod_spec)
-        return
-    unwritable = bridged_pod.problems(holder, pod_spec)
-    if unwritable:
-        where = f"{holder_path}." if holder_path else ""
-        run.problem(f"{where}{unwritable[0]}: Invalid value: must be a mapping (a list for nodeSelectorTerms): "
-                    "a converted pod records its original handlers and needs a shim node there")
-        return
-    originals = _walk_pod_spec(pod_spec, path, run)
-    if originals:
-        bridged_pod.mark(holder, pod_spec, originals, node_affinity=run.node_affinity)
-
-
-def _pod_holder(obj: dict, kind: str) -> dict:
-    """The object whose `spec` is the pod spec: the Pod itself, or a pod template (its metadata is the pod's)."""
-    holder = obj
-    for key in POD_SPEC_PATHS[kind][:-1]:
-        holder = holder[key]
-    return holder
-
-
-def _walk_pod_spec(pod_spec: dict, path: str, run: _Run) -> dict[str, dict]:
-    """Rewrites the pod spec's handlers; returns the original of each it rewrote, by field path
-    (`containers[web].readinessProbe`)."""
-    originals: dict[str, dict] = {}
-    # reverse goes on: a native handler is right in any netns.
-    if pod_spec.get("hostNetwork") is True and not run.reverse:
-        run.result.notes.append(f"{path}.hostNetwork: {HOST_NETWORK_NOTE}")
-        return originals
-    for group in ("initContainers", "containers"):
-        containers = pod_spec.get(group)
-        if containers is None:
-            continue
-        if not isinstance(containers, list):
-            run.problem(f"{path}.{group}: Invalid value: {shown(containers)}: must be a list")
-            continue
-        for index, container in enumerate(containers):
-            container_path = f"{path}.{group}[{index}]"
-            if not isinstance(container, dict):
-                run.problem(f"{container_path}: Invalid value: {shown(container)}: must be a container (a mapping)")
-                continue
-            name = container.get("name")
-            key = f"{group}[{name if isinstance(name, str) and name else index}]"
-            for field_path, original in _walk_container(container, container_path, run).items():
-                originals[f"{key}.{field_path}"] = original
-    return originals
-
-
-def _walk_container(container: dict, path: str, run: _Run) -> dict[str, dict]:
-    ports = _container_ports(container)
-    originals: dict[str, dict] = {}
-    for field_name, role in PROBE_FIELDS.items():
-        if container.get(field_name) is not None:  # null is unset, as in the API
-            original = _handler(container[field_name], f"{path}.{field_name}", role,
-                                _PROBE_HANDLERS, HANDLER_KEYS, ports, run)
-            if original is not None:
-                run.result.probes += 1
-                originals[field_name] = original
-    lifecycle = container.get("lifecycle")
-    if lifecycle is None:
-        return originals
-    if not isinstance(lifecycle, dict):
-        run.problem(f"{path}.lifecycle: Invalid value: {shown(lifecycle)}: must be a mapping")
-        return originals
-    for role in HOOK_ROLES:
-        if lifecycle.get(role) is not None:
-            original = _handler(lifecycle[role], f"{path}.lifecycle.{role}", role,
-                                _HOOK_HANDLERS, HOOK_HANDLER_KEYS, ports, run)
-            if original is not None:
-                run.result.hooks += 1
-                originals[f"lifecycle.{role}"] = original
-    return originals
-
-
-def _container_ports(container: dict) -> list[spec_pb.ContainerPort]:
-    """The named ports a probe may refer to; a malformed port is the API server's to refuse, it stays in place."""
-    raw = container.get("ports")
-    ports = []
-    for port in raw if isinstance(raw, list) else ():
-        if not isinstance(port, dict):
-            continue
-        name, number, protocol = port.get("name"), port.get("containerPort"), port.get("protocol")
-        if isinstance(name, str) and isinstance(number, int) and not isinstance(number, bool) \
-                and 0 < number < 2**31:
-            ports.append(spec_pb.ContainerPort(name=name, container_port=number,
-                                               protocol=protocol if isinstance(protocol, str) else "TCP"))
-    return ports
-
-
-# --- one probe or hook -----------------------------------------------------------------------------------------
-
-def _handler(owner: object, path: str, role: str, all_keys: Sequence[str], bridged_keys: Sequence[str],
-             ports: Sequence[spec_pb.ContainerPort], run: _Run) -> dict | None:
-    """Rewrites (or restores) the handler of one probe or hook in place; the handler it replaced ({key: action}),
-    or None when it left it."""
-    if not isinstance(owner, dict):
-        run.problem(f"{path}: Invalid value: {shown(owner)}: must be a mapping")
-        return None
-    present = [key for key in all_keys if key in owner]
-    if len(present) > 1:
-        # validateHandler's error, on the second handler; an exec could not take the first one's place.
-        run.problem(f"{path}.{present[1]}: Forbidden: may not specify more than 1 handler type")
-        return None
-    if run.reverse:
-        return _restore(owner, path, role, bridged_keys, run) if present == ["exec"] else None
-    if not present or present[0] not in bridged_keys:
-        return None  # exec (a marker command too) and sleep stay; no handler is the API server's error
-    key = present[0]
-    action = owner[key]
-    handler_path = f"{path}.{key}"
-    if not isinstance(action, dict):
-        run.problem(f"{handler_path}: Invalid value: {shown(action)}: must be a mapping")
-        return None
-    host = action.get("host")
-    if host and not run.allow_host and not (isinstance(host, str) and is_pod_loopback(host)):
-        run.problem(f"{handler_path}.host: {HOST_FORBIDDEN}")
-        return None
-    try:
-        command = command_for(role, {key: action})
-    except (TypeError, ValueError) as exc:  # a YAML value JSON has no type for (a timestamp, binary)
-        run.problem(f"{handler_path}: Invalid value: {exc}: must be JSON data (quote a YAML timestamp)")
-        return None
-    errors = _shim_errors(command, role, ports)
-    if errors:
-        for error in errors:
-            run.problem(f"{path}.{error}")
-        return None
-    _rename_key(owner, key, "exec", {"command": command})
-    return {key: action}
-
-
-def _shim_errors(command: list[str], role: str, ports: Sequence[spec_pb.ContainerPort]) -> list[str]:
-    """What the daemon will say of this command, relative to the probe (`httpGet.port: ...`); host was gated."""
-    if role in PROBE_ROLES:
-        # The command as ExecSync delivers it: the kubelet's expansion turns command_for's `$$` back into `$`.
-        command = [*command[:2], command[2].replace("$$", "$")]
-    try:
-        parse_command(command, ports=ports, timeout_ms=_VALIDATION_TIMEOUT_MS, allow_host=True)
-    except BadArguments as exc:
-        return exc.errors
-    return []
-
-
-def _restore(owner: dict, path: str, role: str, bridged_keys: Sequence[str], run: _Run) -> dict | None:
-    action = owner["exec"]
-    command = action.get("command") if isinstance(action, dict) else None
-    if not isinstance(command, list) or not is_marker(command):
-        return None  # a plain exec
-    readable = set(action) == {"command"} and all(isinstance(arg, str) for arg in command)
-    found = handler_in(command) if readable else None
-    if found is None:
-        run.result.notes.append(f"{path}.exec.command: a {MARKER} command that probectl convert did not write "
-                                "(the hand-written flag form?): left unchanged")
-        return None
-    written_for, handler = found
-    key, restored = next(iter(handler.items()))
-    if written_for != role or key not in bridged_keys:
-        run.result.notes.append(f"{path}.exec.command: a {MARKER} command for {written_for} {key}, "
-                                f"not for this {role} handler: left unchanged")
-        return None
-    _rename_key(owner, "exec", key, restored)
-    return handler
-
-
-def _rename_key(mapping: dict, old: str, new: str, value: object) -> None:
-    """mapping[old] becomes mapping[new] = value, in old's place: key order is part of an exact round trip."""
-    items = [(new, value) if key == old else (key, item) for key, item in mapping.items()]
-    mapping.clear()
-    mapping.update(items)

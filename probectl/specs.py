@@ -1,32 +1,18 @@
-"""probectl's command-line syntax for probes, turned into ProbeSpec messages. Pure: no I/O, no grpc.
+"""probectl's command-line syntax for durations. Pure: no I/O, no grpc.
 
-Owns: durations (Go's time.ParseDuration syntax, plus a bare integer meaning seconds, as Kubernetes'
-`*Seconds` fields count), the handler syntaxes `--http-get [SCHEME://][HOST:]PORT[/PATH[?QUERY]]`,
-`--header 'Name: value'`, `--tcp [HOST:]PORT` and `--grpc PORT`, and the names of the probe enums on the
-command line. Bad input raises SpecError (a ValueError) whose message is one line naming the flag and the
-input, so the CLI can print it as it is.
-
-Range and cross-field rules (port 1-65535 aside) are the daemon's: it validates every spec with the
-Kubernetes API's rules and names the field, so they are not repeated here.
+Owns: Go's time.ParseDuration syntax, plus a bare integer meaning seconds (as Kubernetes' `*Seconds` fields
+count), in the ProbeSpec's whole milliseconds. Bad input raises SpecError whose message is one line naming the flag
+and the input. The handler flags (`--http-get`, `--tcp`, `--grpc`, ...) and the names of the probe enums are
+probe_api.handler_flags': the kubelet bridge's hand-written marker command reads them too.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-from collections.abc import Sequence
 from fractions import Fraction
 
-from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.gostrings import go_quote
-from probe_api.validation import port_name_errors
-
-PROBE_TYPES = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS, "startup": spec_pb.STARTUP}
-TARGETS = {"pod-ip": spec_pb.POD_IP, "loopback": spec_pb.LOOPBACK}
-IP_FAMILIES = {"primary": spec_pb.PRIMARY, "ipv4": spec_pb.IPV4, "ipv6": spec_pb.IPV6, "any": spec_pb.ANY}
-SCHEMES = {"http": spec_pb.HTTP, "https": spec_pb.HTTPS}
-HTTP_PROTOCOLS = {"HTTP1": spec_pb.HTTP1, "HTTP2": spec_pb.HTTP2}  # core/v1 HTTPProtocol (KEP-5999)
-GRPC_MODES = {"Plaintext": spec_pb.PLAINTEXT, "TLS": spec_pb.TLS}  # core/v1 GRPCProbeMode, as the API spells them
+from probe_api.handler_flags import SpecError, is_digits
 
 # time.ParseDuration's units, in nanoseconds (both spellings of micro, as Go accepts them).
 _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000,
@@ -34,13 +20,6 @@ _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000,
 _DURATION_TERM_RE = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _MAX_DURATION_NS = 2**63 - 1  # Go's Duration is an int64 of nanoseconds
 _DURATION_HINT = "use e.g. 500ms, 1s, 2m"
-_DIGITS_RE = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", which int() refuses
-_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-class SpecError(argparse.ArgumentTypeError, ValueError):
-    """Bad probe syntax. An ArgumentTypeError too, so that argparse `type=` functions print the message as is
-    (`argument --period: invalid duration "5x": ...`) instead of a generic "invalid value"."""
 
 
 def parse_duration_ms(text: str, *, flag: str = "") -> int:
@@ -52,10 +31,10 @@ def parse_duration_ms(text: str, *, flag: str = "") -> int:
     prefix = f"{flag}: " if flag else ""
     raw = text
     text = text.strip()
-    if _is_digits(text):
+    if is_digits(text):
         ns = Fraction(int(text)) * _UNIT_NS["s"]
     else:
-        if text.startswith("-") and (_is_digits(text[1:]) or _is_go_duration(text[1:])):
+        if text.startswith("-") and (is_digits(text[1:]) or _is_go_duration(text[1:])):
             raise SpecError(f"{prefix}invalid duration {go_quote(raw)}: must not be negative")
         if not _is_go_duration(text.removeprefix("+")):
             raise SpecError(f"{prefix}invalid duration {go_quote(raw)}: {_DURATION_HINT}")
@@ -69,10 +48,6 @@ def parse_duration_ms(text: str, *, flag: str = "") -> int:
     return int(ms)
 
 
-def _is_digits(text: str) -> bool:
-    return _DIGITS_RE.fullmatch(text) is not None
-
-
 def _is_go_duration(text: str) -> bool:
     """One or more `<number><unit>` terms; Go accepts a lone "0" without a unit."""
     if text == "0":
@@ -84,101 +59,3 @@ def _is_go_duration(text: str) -> bool:
             return False
         position = match.end()
     return position > 0
-
-
-def http_get_action(target: str, headers: Sequence[str] = (), protocol: str | None = None) -> spec_pb.HTTPGetAction:
-    """`[SCHEME://][HOST:]PORT[/PATH[?QUERY]]` and `Name: value` headers -> HTTPGetAction.
-
-    The scheme is http or https (any case), the port a number or a container port name, the path "/" when
-    omitted; path and query are kept verbatim (the worker sends them as written, like the kubelet). protocol is
-    httpGet.protocol's value, HTTP1 (the default) or HTTP2 (h2c, KEP-5999).
-    """
-    flag = "--http-get"
-    rest = target.strip()
-    scheme = spec_pb.HTTP
-    if _SCHEME_RE.match(rest):
-        name, _, rest = rest.partition("://")
-        if name.lower() not in SCHEMES:
-            raise SpecError(f"{flag} {go_quote(target)}: unsupported scheme {go_quote(name)}: use http or https")
-        scheme = SCHEMES[name.lower()]
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    host_port, path = rest[:cut], rest[cut:]
-    if path.startswith("?"):
-        path = "/" + path
-    host, port = _host_port(host_port, flag, target)
-    action = spec_pb.HTTPGetAction(path=path or "/", port=port, host=host, scheme=scheme)
-    if protocol is not None:
-        action.protocol = _choice("--http-protocol", protocol, HTTP_PROTOCOLS)
-    for header in headers:
-        name, value = parse_header(header)
-        action.http_headers.add(name=name, value=value)
-    return action
-
-
-def parse_header(text: str) -> tuple[str, str]:
-    """`Name: value` -> (name, value); the value may be empty (`User-Agent:` removes that header, as in Kubernetes)."""
-    name, colon, value = text.partition(":")
-    if not colon:
-        raise SpecError(f"--header {go_quote(text)}: use 'Name: value'")
-    if not name.strip():
-        raise SpecError(f"--header {go_quote(text)}: empty header name; use 'Name: value'")
-    return name.strip(), value.strip()
-
-
-def tcp_socket_action(target: str) -> spec_pb.TCPSocketAction:
-    """`[HOST:]PORT` (the port may be a container port name) -> TCPSocketAction."""
-    host, port = _host_port(target.strip(), "--tcp", target)
-    return spec_pb.TCPSocketAction(port=port, host=host)
-
-
-def grpc_action(port: str, service: str | None = None, mode: str | None = None) -> spec_pb.GRPCAction:
-    """gRPC probes take a port number only (Kubernetes' GRPCAction.port is an int32, not a name); mode is
-    grpc.mode's value, Plaintext (the default) or TLS (KEP-4939)."""
-    text = port.strip()
-    if not _is_digits(text):
-        raise SpecError(f"--grpc {go_quote(port)}: the port must be a number (gRPC probes take no named ports)")
-    action = spec_pb.GRPCAction(port=_port_number(text, "--grpc", port))
-    if service is not None:
-        action.service = service
-    if mode is not None:
-        action.mode = _choice("--grpc-mode", mode, GRPC_MODES)
-    return action
-
-
-def _choice(flag: str, value: str, choices: dict[str, int]) -> int:
-    """An enum flag spelled as the API spells its values (case-sensitive)."""
-    if value not in choices:
-        raise SpecError(f"{flag} {go_quote(value)}: supported values: {', '.join(go_quote(c) for c in choices)}")
-    return choices[value]
-
-
-def _host_port(text: str, flag: str, whole: str) -> tuple[str, spec_pb.PortRef]:
-    """`[HOST:]PORT` with IPv6 hosts in brackets -> (host without brackets, PortRef)."""
-    if text.startswith("["):
-        host, bracket, port = text[1:].partition("]")
-        if not bracket or not port.startswith(":"):
-            raise SpecError(f"{flag} {go_quote(whole)}: use [IPV6]:PORT for an IPv6 host")
-        return host, _port_ref(port[1:], flag, whole)
-    if text.count(":") > 1:
-        raise SpecError(f"{flag} {go_quote(whole)}: put an IPv6 host in brackets, e.g. [::1]:8080")
-    host, _, port = text.rpartition(":")
-    return host, _port_ref(port, flag, whole)
-
-
-def _port_ref(text: str, flag: str, whole: str) -> spec_pb.PortRef:
-    if not text:
-        raise SpecError(f"{flag} {go_quote(whole)}: missing port")
-    if _is_digits(text):
-        return spec_pb.PortRef(number=_port_number(text, flag, whole))
-    problems = port_name_errors(text)
-    if problems:
-        raise SpecError(f"{flag} {go_quote(whole)}: port {go_quote(text)} is neither a number nor a valid "
-                        f"port name: {problems[0]}")
-    return spec_pb.PortRef(name=text)
-
-
-def _port_number(text: str, flag: str, whole: str) -> int:
-    number = int(text)
-    if not 1 <= number <= 65535:
-        raise SpecError(f"{flag} {go_quote(whole)}: port {text} is out of range 1-65535")
-    return number

@@ -1,4 +1,5 @@
-"""The kubelet bridge's marker command (shim/bridge/command.py): reading it, refusing it, recognising it in an
+"""The kubelet bridge's marker command (probe_api/bridge_command.py, read by the daemon through
+shim/bridge/command.py): reading it, refusing it, recognising it in an
 ExecSync's bytes, and writing it so that the kubelet's own `$(VAR)` expansion leaves it as it was written.
 
 Expected error texts are the Kubernetes API validation's words as probe_api/validation.py prints them
@@ -17,10 +18,11 @@ from hypothesis import strategies as st
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.bridge.command import (
+from probe_api.bridge_command import (
     HANDLER_KEYS, HOOK_ROLES, MARKER, PROBE_ROLES, ROLES, BadArguments, BridgedCall, command_for, handler_in,
-    is_marker, marker_exec, parse_command,
+    is_marker,
 )
+from shim.bridge.command import marker_exec, parse_command
 from shim.api.request_rules import HOST_GATE
 
 M = MARKER

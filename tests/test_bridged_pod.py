@@ -1,4 +1,4 @@
-"""What a converted pod carries besides its handlers (probectl/bridged_pod.py): the original handlers'
+"""What a converted pod carries besides its handlers (probe_api/bridged_pod.py): the original handlers'
 annotation, the shim nodes' affinity merged with the pod's own, and exactly that taken off by --reverse."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import copy
 import json
 
 from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE, ORIGINAL_HANDLERS_ANNOTATION
-from probectl.bridged_pod import mark, problems, unmark
+from probe_api.bridged_pod import mark, problems, unmark
 
 REQUIREMENT = {"key": NODE_LABEL, "operator": "In", "values": [NODE_LABEL_VALUE]}
 ORIGINALS = {"containers[web].readinessProbe": {"httpGet": {"port": 8080}}}

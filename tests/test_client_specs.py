@@ -1,4 +1,5 @@
-"""probectl's probe syntax (probectl/specs.py): durations and handlers, table-driven, no I/O."""
+"""probectl's probe syntax (probectl/specs.py: durations; probe_api/handler_flags.py: handlers), table-driven,
+no I/O."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import argparse
 import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probectl.specs import (IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action,
-                               parse_duration_ms, parse_header, tcp_socket_action)
+from probe_api.handler_flags import (IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action,
+                                     parse_header, tcp_socket_action)
+from probectl.specs import parse_duration_ms
 
 
 @pytest.mark.parametrize("text, ms", [

@@ -1,4 +1,5 @@
-"""probectl convert (probectl/convert.py and the `convert` command): pure, no daemon, no root.
+"""probectl convert (probectl/convert.py, its rule in probe_api/pod_conversion.py, the `convert` command): pure,
+no daemon, no root.
 
 Goldens: tests/golden/convert/<kind>.yaml -> <kind>.converted.yaml, compared exactly. After a deliberate change
 of the output, regenerate them with `PROBECTL_UPDATE_GOLDEN=1 pytest tests/test_convert.py` and read the diff.
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shim.bridge.command import MARKER, command_for, handler_in
+from probe_api.bridge_command import MARKER, command_for, handler_in
+from probe_api.pod_conversion import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert_object
 from probectl import cli
-from probectl.convert import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert
+from probectl.convert import convert
 
 GOLDEN = Path(__file__).parent / "golden" / "convert"
 KINDS = ("pod", "deployment", "statefulset", "daemonset", "replicaset", "job", "cronjob", "list")
@@ -607,7 +609,6 @@ def test_a_pod_with_nothing_to_convert_gets_nothing():
 
 
 def test_lenient_conversion_leaves_what_it_cannot_convert_and_says_why():
-    from probectl.convert import convert_object
     obj = yaml.safe_load(pod("readinessProbe: {httpGet: {port: 0}}\nlivenessProbe: {tcpSocket: {port: 80}}\n"))
     result = convert_object(obj)
     assert result.errors == [] and result.probes == 1

@@ -1,2 +1,3 @@
-"""The mutating admission webhook (`probe-shim webhook`): pods converted at admission with `probectl convert`'s
-own code, so a cluster adopts the bridge without rewriting its manifests. See README "Rolling out to a cluster"."""
+"""The mutating admission webhook (`probe-shim webhook`): pods converted at admission by `probectl convert`'s own
+rule (probe_api/pod_conversion.py), so a cluster adopts the bridge without rewriting its manifests. See README
+"Rolling out to a cluster"."""

@@ -7,9 +7,9 @@ stay:
 - not a Pod, or not CREATE: allowed, unchanged (pods' probes cannot change after creation);
 - the webhook's own namespace: unchanged (its own pods must never depend on it);
 - `probe-shim.io/convert: disabled` as a label or an annotation on the pod: unchanged (the pod's word wins);
-- everything else: `probectl convert`'s own code (probectl.convert.convert_object, leniently): every handler it
-  can bridge is, the pod gets the annotation of its original handlers and the shim nodes' affinity
-  (probectl/bridged_pod.py); a pod it changes nothing in (converted already, hostNetwork, no network probe or
+- everything else: `probectl convert`'s own rule (probe_api.pod_conversion.convert_object, leniently): every
+  handler it can bridge is, the pod gets the annotation of its original handlers and the shim nodes' affinity
+  (probe_api/bridged_pod.py); a pod it changes nothing in (converted already, hostNetwork, no network probe or
   hook) is allowed without a patch.
 Whatever is left alone and why (a host outside the pod, a port the shim would refuse) comes back as `warnings`,
 which kubectl prints. `dryRun` changes nothing here: the webhook has no side effects (`sideEffects: None`), so a
@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 
 from probe_api.rollout import CONVERT_LABEL, DISABLED
-from probectl.convert import convert_object
+from probe_api.pod_conversion import convert_object
 from shim.webhook.patch import diff
 
 API_VERSION = "admission.k8s.io/v1"

@@ -1,4 +1,5 @@
 """What a converted pod carries besides its rewritten handlers, and how `--reverse` takes it off again. Pure.
+Shared by `probectl convert` and the admission webhook through probe_api/pod_conversion.py.
 
 - The annotation probe_api.rollout.ORIGINAL_HANDLERS_ANNOTATION: the original handlers by field path
   (`{"containers[web].readinessProbe": {"httpGet": {...}}}`, JSON with sorted keys), merged with what an earlier
