@@ -85,8 +85,8 @@ def bridged_row(channel, container_id: str) -> dict:
     if len(rows) != 1:
         return {"error": f"{len(rows)} bridged rows for container {container_id}, expected 1"}
     row = rows[0]
-    return {"probe_id": row.probe_id, "successes": row.totals.success, "failures": row.totals.failure,
-            "last_attempt_ms": round(row.last_attempt.duration_ns / 1e6, 3)}
+    return {"probe_id": row.probe_id, "successes": row.status.totals.success, "failures": row.status.totals.failure,
+            "last_attempt_ms": round(row.status.last_attempt.duration_ns / 1e6, 3)}
 
 
 def with_containerd(rig, count: int, warmup: int) -> dict:

@@ -305,7 +305,7 @@ def instructions(trees: list[str | None], count: int, period_ms: int, runs: tupl
 # --- daemon CPU per attempt -----------------------------------------------------------------------
 
 
-def _daemon_frames(results, board, sandboxes: int):
+def _daemon_frames(directory, board, sandboxes: int):
     """One encoded attempt report per probe (S sandboxes x HTTP, TCP, gRPC), phases like real attempts."""
     from cri_proto import probe_service_pb2 as service_pb
     from cri_proto import probe_spec_pb2 as spec_pb
@@ -321,7 +321,7 @@ def _daemon_frames(results, board, sandboxes: int):
     now = time.time_ns()
     for s in range(sandboxes):
         sid = f"{s:064x}"
-        results.note_sandbox(SandboxInfo(id=sid, netns_path="/var/run/netns/x", name=f"pod-{s}",
+        directory.note(SandboxInfo(id=sid, netns_path="/var/run/netns/x", name=f"pod-{s}",
                                          namespace="default", uid=f"uid-{s}"))
         for kind, spec in specs.items():
             probe_id = f"{sid[:16]}-{kind}"
@@ -346,10 +346,12 @@ def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     from shim.state.results import ResultsManager
     from shim.state.board import StatusBoard
     from shim.observe.tracing import AttemptTracer
+    from shim.sandboxes.directory import SandboxDirectory
 
     board, tracer, metrics = StatusBoard(), AttemptTracer("none"), ShimMetrics()
-    results = ResultsManager(board=board, tracer=tracer, metrics=metrics)
-    frames = _daemon_frames(results, board, sandboxes)
+    directory = SandboxDirectory(source=None)  # identities only: nothing is resolved here
+    results = ResultsManager(board=board, tracer=tracer, metrics=metrics, sandboxes=directory)
+    frames = _daemon_frames(directory, board, sandboxes)
 
     def run(n: int) -> None:
         # What the supervisor's WorkerConnection.data_received does per frame, then the results manager.

@@ -117,11 +117,11 @@ class ResumingWatch:
         if event.type != service_pb.SNAPSHOT:  # a partial snapshot is no resume point; RESYNC's revision is one
             self.revision = event.revision
         probe = event.probe
-        changed = probe.probe_id in self.before and probe.state != self.before[probe.probe_id]
+        changed = probe.probe_id in self.before and probe.status.state != self.before[probe.probe_id]
         self.flaps += changed and event.type == service_pb.UPDATED
         self.snapshot_changed += changed and event.type == service_pb.SNAPSHOT  # a flap a resync would hide
         if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED):
-            self.states[probe.probe_id] = probe.state
+            self.states[probe.probe_id] = probe.status.state
         elif event.type == service_pb.REMOVED:
             self.states.pop(probe.probe_id, None)
 

@@ -78,7 +78,7 @@ class ScaleRun:
 
     def _on_event(self, received_ns: int, event: service_pb.WatchProbeStatusResponse) -> None:
         if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED):
-            ms = self.changes.observe(event.probe.probe_id, event.probe.state, attempt_end_ns(event.probe), received_ns)
+            ms = self.changes.observe(event.probe.probe_id, event.probe.status.state, attempt_end_ns(event.probe), received_ns)
             if ms is not None:
                 self.change_latencies.append((received_ns, ms))
 
@@ -167,7 +167,7 @@ class ScaleRun:
 
         def on_event(_received: int, event: service_pb.WatchProbeStatusResponse) -> None:
             if event.type == service_pb.ATTEMPT:
-                a = event.probe.last_attempt
+                a = event.probe.status.last_attempt
                 seen[event.probe.probe_id].append((getattr(a, due), a.started_at_unix_ns) if due
                                                   else a.started_at_unix_ns)
 

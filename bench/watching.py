@@ -36,7 +36,7 @@ class StateChanges:
 
 
 def attempt_end_ns(probe: service_pb.Probe) -> int:
-    attempt = probe.last_attempt
+    attempt = probe.status.last_attempt
     return attempt.started_at_unix_ns + attempt.duration_ns if attempt.started_at_unix_ns else 0
 
 

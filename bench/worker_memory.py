@@ -349,13 +349,13 @@ class Daemon:
         while True:
             probes = [p for p in self.stub.ProbeStatus(service_pb.ProbeStatusRequest(), timeout=30).probes
                       if p.probe_id in probe_ids]
-            behind = [p for p in probes if p.totals.success < successes]
+            behind = [p for p in probes if p.status.totals.success < successes]
             if not behind:
-                return sum(p.totals.warning + p.totals.failure + p.totals.unknown for p in probes)
+                return sum(p.status.totals.warning + p.status.totals.failure + p.status.totals.unknown for p in probes)
             if time.monotonic() > deadline:
                 p = behind[0]
                 raise TimeoutError(f"{len(behind)} probes still below {successes} successes, e.g. {p.container_name} "
-                                   f"in {p.pod_sandbox_id}: {p.last_attempt.output}")
+                                   f"in {p.pod_sandbox_id}: {p.status.last_attempt.output}")
             time.sleep(0.5)
 
     def stop(self) -> None:

@@ -59,7 +59,7 @@ def main() -> int:
             probed: set[str] = set()
             wanted = {p.probe_id for p in client.probes(pod_sandbox_id=ns.name)}
             for event in client.watch(pod_sandbox_id=ns.name, every_attempt=True):
-                if event.probe.last_attempt.result:
+                if event.probe.status.last_attempt.result:
                     probed.add(event.probe.probe_id)
                 if probed >= wanted:
                     break

@@ -1,4 +1,5 @@
-"""What probectl prints: tables, ages, handler summaries, the trace waterfall, JSON and YAML.
+"""What probectl prints: tables, ages, handler summaries, the trace waterfall, JSON and YAML (the plain pieces:
+render_text.py).
 
 Pure: every function takes data (protos, numbers, the current time) and returns text or plain
 dicts, so all of probectl's output is unit-tested without a daemon.
@@ -28,118 +29,13 @@ from probe_api.gostrings import go_duration
 from probe_api.grpc_codes import attempt_grpc_status
 from probe_api.validation import effective_timing
 
-ID_WIDTH = 13
-COLUMN_GAP = "   "
-NONE = "-"
+# The plain pieces, re-exported: probectl's callers and tests say `render.age`, `render.table`.
+from probectl.render_text import (  # noqa: F401
+    COLUMN_GAP, ID_WIDTH, NONE, age, event_name, fixed_row, format_ms, human_bytes, human_duration, key_values,
+    one_line, result_name, state_name, table, truncate_id, type_name, worker_state_name,
+)
+
 OUTPUTS = ("table", "json", "yaml")
-
-
-# --- plain building blocks -------------------------------------------------------------
-
-def truncate_id(value: str, no_trunc: bool = False) -> str:
-    return value if no_trunc else value[:ID_WIDTH]
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's AGE format: ~2-3 significant figures, a little clock skew reads as "0s"."""
-    whole = int(seconds)
-    if whole < -1:
-        return "<invalid>"
-    if whole < 0:
-        return "0s"
-    if whole < 120:
-        return f"{whole}s"
-    minutes = whole // 60
-    if minutes < 10:
-        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = whole // 3600
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        years, days = hours // 24 // 365, hours // 24 % 365
-        return f"{years}y{days}d" if days else f"{years}y"
-    return f"{hours // 24 // 365}y"
-
-
-def age(since_ns: int, now_ns: int) -> str:
-    return human_duration((now_ns - since_ns) / 1e9) if since_ns else NONE
-
-
-def format_ms(ns: int) -> str:
-    """Milliseconds with about three significant digits: 0.58ms, 12.3ms, 250ms."""
-    ms = ns / 1e6
-    if ms < 10:
-        return f"{ms:.2f}ms"
-    if ms < 100:
-        return f"{ms:.1f}ms"
-    return f"{ms:.0f}ms"
-
-
-def human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def one_line(text: str, limit: int = 80) -> str:
-    """Text from a pod (probe output) made safe for one table cell: no control characters, bounded."""
-    flat = "".join(ch if ch.isprintable() else " " for ch in text.replace("\r\n", " ").replace("\n", " ")).strip()
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Columns as wide as their widest cell, 3 spaces apart, no trailing blanks."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(fixed_row(row, widths) for row in cells)
-
-
-def fixed_row(cells: Sequence[str], widths: Sequence[int]) -> str:
-    """One row with given column widths (for streams, where later rows are not known yet)."""
-    return COLUMN_GAP.join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
-
-
-def key_values(pairs: Iterable[tuple[str, object]]) -> str:
-    """`Key:   value` lines with the values aligned, as crictl version / kubectl describe print."""
-    pairs = [(f"{key}:", str(value)) for key, value in pairs]
-    width = max((len(key) for key, _ in pairs), default=0)
-    return "\n".join(f"{key.ljust(width)}  {value}".rstrip() for key, value in pairs)
-
-
-# --- enum names ------------------------------------------------------------------------
-
-def type_name(probe_type: int) -> str:
-    return NONE if probe_type == spec_pb.PROBE_TYPE_UNSPECIFIED else spec_pb.ProbeType.Name(probe_type).lower()
-
-
-def state_name(state: int) -> str:
-    return spec_pb.ProbeState.Name(state).removeprefix("STATE_").lower()
-
-
-def result_name(result: int) -> str:
-    return spec_pb.AttemptResult.Name(result).removeprefix("RESULT_").lower()
-
-
-def worker_state_name(state: int) -> str:
-    return service_pb.WorkerState.Name(state).removeprefix("WORKER_").lower()
-
-
-def event_name(event_type: int) -> str:
-    return {
-        service_pb.SNAPSHOT: "snapshot", service_pb.SNAPSHOT_COMPLETE: "synced", service_pb.UPDATED: "updated",
-        service_pb.REMOVED: "removed", service_pb.ATTEMPT: "attempt", service_pb.RESYNC: "resync",
-    }.get(event_type, "unknown")
 
 
 # --- probes ----------------------------------------------------------------------------
@@ -180,20 +76,21 @@ def timing_text(spec: spec_pb.ProbeSpec) -> str:
 
 
 def _has_attempt(probe: service_pb.Probe) -> bool:
-    return probe.last_attempt.started_at_unix_ns != 0
+    return probe.status.last_attempt.started_at_unix_ns != 0
 
 
 def last_result(probe: service_pb.Probe) -> str:
-    return result_name(probe.last_attempt.result) if _has_attempt(probe) else NONE
+    return result_name(probe.status.last_attempt.result) if _has_attempt(probe) else NONE
 
 
 def last_latency(probe: service_pb.Probe) -> str:
-    return format_ms(probe.last_attempt.duration_ns) if _has_attempt(probe) else NONE
+    return format_ms(probe.status.last_attempt.duration_ns) if _has_attempt(probe) else NONE
 
 
 def successes_failures(probe: service_pb.Probe) -> str:
     """Attempt totals; a warning (e.g. an unfollowed redirect) counts as a success, as for the kubelet."""
-    return f"{probe.totals.success + probe.totals.warning}/{probe.totals.failure}"
+    totals = probe.status.totals
+    return f"{totals.success + totals.warning}/{totals.failure}"
 
 
 def probe_order(probe: service_pb.Probe) -> tuple:
@@ -215,7 +112,7 @@ def role_name(probe: service_pb.Probe) -> str:
 
 
 def probe_state(probe: service_pb.Probe) -> str:
-    return BRIDGED_STATE if probe.HasField("bridged") else state_name(probe.state)
+    return BRIDGED_STATE if probe.HasField("bridged") else state_name(probe.status.state)
 
 
 def probe_row(probe: service_pb.Probe, now_ns: int, no_trunc: bool = False) -> list[str]:
@@ -233,7 +130,8 @@ def probes_table(probes: Iterable[service_pb.Probe], now_ns: int, no_trunc: bool
 
 def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> str:
     """`probectl inspect -o table`: one probe in kubectl-describe style, then its last attempt's waterfall."""
-    spec, worker = probe.spec, probe.worker
+    spec, status = probe.spec, probe.status
+    worker, totals = status.worker, status.totals
     container = probe.container_name
     if probe.container_id and probe.container_id != probe.container_name:
         container = f"{container} ({probe.container_id})" if container else probe.container_id
@@ -243,9 +141,9 @@ def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> st
         timing = f"timeout={go_duration(effective_timing(spec).timeout_ms * 1_000_000)} (period and " \
                  "thresholds are the kubelet's)"
     else:
-        state = f"{state_name(probe.state)} for {age(probe.state_changed_at, now_ns)}"
-        state += f" (consecutive: {probe.consecutive_successes} successes, {probe.consecutive_failures} failures)"
-        if probe.on_hold:
+        state = f"{state_name(status.state)} for {age(status.state_changed_at, now_ns)}"
+        state += f" (consecutive: {status.consecutive_successes} successes, {status.consecutive_failures} failures)"
+        if status.on_hold:
             state += ", on hold until the container restarts"
         timing = timing_text(spec)
     pid = f" pid {worker.pid}" if worker.pid else ""
@@ -258,15 +156,15 @@ def describe_probe(probe: service_pb.Probe, now_ns: int, bar: str = "█") -> st
         ("Labels", ",".join(f"{k}={v}" for k, v in sorted(probe.labels.items())) or NONE),
         ("Created", f"{age(probe.created_at, now_ns)} ago" if probe.created_at else NONE),
         ("State", state),
-        ("Totals", f"{probe.totals.success} success, {probe.totals.warning} warning, "
-                   f"{probe.totals.failure} failure, {probe.totals.unknown} unknown"),
+        ("Totals", f"{totals.success} success, {totals.warning} warning, "
+                   f"{totals.failure} failure, {totals.unknown} unknown"),
         ("Worker", f"{worker_state_name(worker.state)}{pid}, {worker.restarts} restarts"
                    + (f", last error: {one_line(worker.last_error, 200)}" if worker.last_error else "")),
     ]
     if not _has_attempt(probe):
         return key_values(pairs + [("Last attempt", "none yet")])
-    pairs.append(("Last attempt", f"{age(probe.last_attempt.started_at_unix_ns, now_ns)} ago"))
-    return key_values(pairs) + "\n\n" + attempt_text(probe.last_attempt, probe.last_trace_id, bar)
+    pairs.append(("Last attempt", f"{age(status.last_attempt.started_at_unix_ns, now_ns)} ago"))
+    return key_values(pairs) + "\n\n" + attempt_text(status.last_attempt, status.last_trace_id, bar)
 
 
 # --- sandboxes and workers -------------------------------------------------------------
@@ -418,7 +316,7 @@ def event_line(event: service_pb.WatchProbeStatusResponse, now_ns: int, no_trunc
              probe.container_name or truncate_id(probe.container_id, no_trunc) or NONE, role_name(probe)]
     if event.type == service_pb.REMOVED:
         return fixed_row(ident, widths)
-    output = one_line(probe.last_attempt.output, 60) if _has_attempt(probe) else ""
+    output = one_line(probe.status.last_attempt.output, 60) if _has_attempt(probe) else ""
     return fixed_row(ident + [probe_state(probe), last_result(probe), last_latency(probe), output], widths)
 
 

@@ -49,7 +49,7 @@ def test_how_a_probe_began_does_not_make_it_another():
     running = reg(started=123, start_now=True)
     assert same_registration(reg(), running)  # the worker pinned the start the daemon left open
     wanted = reg(start_now=False)
-    wanted.progress.state = spec_pb.STATE_SUCCESS
+    wanted.status.state = spec_pb.STATE_SUCCESS
     assert same_registration(wanted, reg(started=0))
     assert not same_registration(reg(started=5), reg(started=123))  # the runtime's own start differs
     assert not same_registration(reg(port=81), reg())

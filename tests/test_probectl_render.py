@@ -23,19 +23,23 @@ def http_spec(port=8080, path="/healthz", **kw) -> spec_pb.ProbeSpec:
 
 
 def probed(probe_id="readiness-0123456789abcdef", **kw) -> service_pb.Probe:
+    """A probe; keyword arguments naming a ProbeStatus field go into its status."""
     probe = service_pb.Probe(
         probe_id=probe_id, pod_sandbox_id="cps-pod-4242-0", container_name="web", type=spec_pb.READINESS,
-        spec=http_spec(), state=spec_pb.STATE_SUCCESS, created_at=NOW - 90 * SECOND,
-        last_attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS, started_at_unix_ns=NOW - SECOND,
-                                     duration_ns=580_000),
-        totals=service_pb.AttemptTotals(success=7, warning=1, failure=2),
+        spec=http_spec(), created_at=NOW - 90 * SECOND,
+        status=service_pb.ProbeStatus(
+            state=spec_pb.STATE_SUCCESS,
+            last_attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS, started_at_unix_ns=NOW - SECOND,
+                                         duration_ns=580_000),
+            totals=service_pb.AttemptTotals(success=7, warning=1, failure=2)),
     )
     for key, value in kw.items():
-        field = getattr(probe, key)
+        owner = probe.status if key in service_pb.ProbeStatus.DESCRIPTOR.fields_by_name else probe
+        field = getattr(owner, key)
         if hasattr(field, "CopyFrom"):
             field.CopyFrom(value)
         else:
-            setattr(probe, key, value)
+            setattr(owner, key, value)
     return probe
 
 
@@ -132,7 +136,7 @@ def test_ps_table_has_crictl_columns_and_truncated_ids():
 def test_describe_probe_has_state_and_waterfall():
     probe = probed(state_changed_at=NOW - 30 * SECOND, last_trace_id="ab" * 16,
                    worker=service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=4321, restarts=1))
-    probe.last_attempt.phases.add(name="connect", duration_ns=100_000, detail="198.18.0.2:8080")
+    probe.status.last_attempt.phases.add(name="connect", duration_ns=100_000, detail="198.18.0.2:8080")
     text = render.describe_probe(probe, NOW)
     assert "State:         success for 30s" in text
     assert "Worker:        running pid 4321, 1 restarts" in text
@@ -321,8 +325,8 @@ def test_watch_lines_line_up_under_the_header():
 def test_json_is_crictls_protojson_and_yaml_the_same_data():
     data = render.message_dict(probed())
     assert data["probeId"] == "readiness-0123456789abcdef"     # camelCase, as protojson
-    assert data["type"] == "READINESS" and data["state"] == "STATE_SUCCESS"   # enum names
-    assert data["onHold"] is False and data["labels"] == {}   # unpopulated fields are there too
+    assert data["type"] == "READINESS" and data["status"]["state"] == "STATE_SUCCESS"   # enum names
+    assert data["status"]["onHold"] is False and data["labels"] == {}   # unpopulated fields are there too
     assert data["createdAt"] == str(NOW - 90 * SECOND)       # 64-bit integers as strings
     text = render.structured(data, "json")
     assert text.startswith('{\n  "probeId": ')
@@ -332,11 +336,11 @@ def test_json_is_crictls_protojson_and_yaml_the_same_data():
 
 def test_json_fields_come_in_field_number_order_like_gos_protojson():
     probe = service_pb.Probe(probe_id="x", spec=spec_pb.ProbeSpec(period_ms=5))
-    probe.last_attempt.phases.add(name="connect").children.add(name="inner")
+    probe.status.last_attempt.phases.add(name="connect").children.add(name="inner")
     data = render.message_dict(probe)
     assert list(data)[:5] == ["probeId", "podSandboxId", "containerId", "containerName", "type"]
     assert list(data["spec"])[:2] == ["initialDelayMs", "periodMs"]
-    assert list(data["lastAttempt"]["phases"][0]["children"][0]) == \
+    assert list(data["status"]["lastAttempt"]["phases"][0]["children"][0]) == \
         ["name", "startOffsetNs", "durationNs", "detail", "error", "children"]
 
 

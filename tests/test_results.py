@@ -9,6 +9,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from shim.observe.metrics import ShimMetrics
 from shim.state.results import ResultsManager
+from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import SandboxInfo
 from shim.state.board import StatusBoard
 from shim.observe.tracing import AttemptTracer
@@ -19,8 +20,9 @@ NOW = 1_700_000_000 * 10**9
 
 def rig() -> tuple[ResultsManager, StatusBoard, ShimMetrics]:
     board, metrics = StatusBoard(), ShimMetrics()
-    results = ResultsManager(board=board, tracer=AttemptTracer("none"), metrics=metrics)
-    results.note_sandbox(SANDBOX)
+    sandboxes = SandboxDirectory(source=None)  # identities only: nothing is resolved here
+    sandboxes.note(SANDBOX)
+    results = ResultsManager(board=board, tracer=AttemptTracer("none"), metrics=metrics, sandboxes=sandboxes)
     board.put(service_pb.Probe(probe_id="p1", pod_sandbox_id="sb-1", container_name="web", type=spec_pb.READINESS))
     return results, board, metrics
 
@@ -44,8 +46,8 @@ def test_an_attempt_updates_the_probe_and_its_series_without_a_revision():
     results.on_event("sb-1", attempt_event(consecutive_successes=4))
     probe = board.get("p1")
     assert board.revision == revision, "an attempt is not a state change"
-    assert (probe.last_attempt.output, probe.consecutive_successes, probe.totals.success) == ("ok", 4, 1)
-    assert len(probe.last_trace_id) == 32 and len(probe.last_span_id) == 16
+    assert (probe.status.last_attempt.output, probe.status.consecutive_successes, probe.status.totals.success) == ("ok", 4, 1)
+    assert len(probe.status.last_trace_id) == 32 and len(probe.status.last_span_id) == 16
     assert sample(metrics, "prober_probe_total", pod="web-0", namespace="shop", pod_uid="uid-1", container="web",
                   probe_type="Readiness", result="successful") == 1
 
@@ -55,7 +57,7 @@ def test_a_state_change_is_a_revision():
     revision = board.revision
     results.on_event("sb-1", worker_pb.WorkerEvent(state_change=worker_pb.StateChange(
         probe_id="p1", previous=spec_pb.STATE_FAILURE, state=spec_pb.STATE_SUCCESS)))
-    assert board.revision == revision + 1 and board.get("p1").state == spec_pb.STATE_SUCCESS
+    assert board.revision == revision + 1 and board.get("p1").status.state == spec_pb.STATE_SUCCESS
 
 
 def test_an_attempt_of_a_removed_probe_is_dropped():
@@ -68,7 +70,7 @@ def test_an_attempt_of_a_removed_probe_is_dropped():
 def test_worker_life_reaches_the_probes_and_the_worker_gauges():
     results, board, metrics = rig()
     results.on_worker("sb-1", service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=42))
-    assert board.get("p1").worker.pid == 42 and sample(metrics, "probe_shim_workers") == 1
+    assert board.get("p1").status.worker.pid == 42 and sample(metrics, "probe_shim_workers") == 1
     results.on_worker("sb-1", service_pb.WorkerStatus(state=service_pb.WORKER_BACKOFF, restarts=1))
     assert sample(metrics, "probe_shim_workers") == 0 and sample(metrics, "probe_shim_worker_restarts_total") == 1
     results.on_worker("sb-1", service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, restarts=1))
@@ -79,12 +81,12 @@ def test_a_removed_probe_takes_its_series_and_trace_parent_along():
     results, board, metrics = rig()
     results.set_traceparent("p1", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
     results.on_event("sb-1", attempt_event())
-    assert board.get("p1").last_trace_id == "0af7651916cd43dd8448eb211c80319c"
+    assert board.get("p1").status.last_trace_id == "0af7651916cd43dd8448eb211c80319c"
     results.probe_removed(board.get("p1"))
     assert sample(metrics, "prober_probe_total") is None
     board.put(service_pb.Probe(probe_id="p1", pod_sandbox_id="sb-1", container_name="web", type=spec_pb.READINESS))
     results.on_event("sb-1", attempt_event())
-    assert board.get("p1").last_trace_id != "0af7651916cd43dd8448eb211c80319c", "the removed probe's parent stayed"
+    assert board.get("p1").status.last_trace_id != "0af7651916cd43dd8448eb211c80319c", "the removed probe's parent stayed"
 
 
 def test_a_bridged_handler_is_put_once_then_only_gets_attempts():
@@ -102,11 +104,11 @@ def test_a_bridged_handler_is_put_once_then_only_gets_attempts():
     results.bridged_attempt(later, attempt, None, counts_as_probe=True, worker=worker)
     stored = board.get("b1")
     assert board.revision == after_first, "a second attempt of the same handler is no new revision"
-    assert (stored.totals.failure, stored.created_at, stored.bridged.last_exec_at, stored.worker.pid) == (
+    assert (stored.status.totals.failure, stored.created_at, stored.bridged.last_exec_at, stored.status.worker.pid) == (
         2, NOW, NOW + 10, 7)
     assert sample(metrics, "prober_probe_total", probe_type="Liveness", result="failed") == 2
     hook = service_pb.Probe(probe_id="h1", pod_sandbox_id="sb-1", container_name="web",
                             bridged=service_pb.BridgedHandler(role="preStop"))
     results.bridged_attempt(hook, attempt, None, counts_as_probe=False, worker=worker)
-    assert board.get("h1").totals.failure == 1
+    assert board.get("h1").status.totals.failure == 1
     assert sample(metrics, "prober_probe_total", probe_type="Liveness", result="failed") == 2, "hooks are no probes"

@@ -17,11 +17,16 @@ from shim.state.store import ProbeStore
 S, F = spec_pb.STATE_SUCCESS, spec_pb.STATE_FAILURE
 
 
+STATUS_FIELDS = frozenset(service_pb.ProbeStatus.DESCRIPTOR.fields_by_name)
+
+
 def probe(probe_id: str = "p", **fields) -> service_pb.Probe:
+    """A probe; keyword arguments naming a ProbeStatus field go into its status."""
+    status = service_pb.ProbeStatus(**{k: fields.pop(k) for k in list(fields) if k in STATUS_FIELDS})
     return service_pb.Probe(probe_id=probe_id, pod_sandbox_id="sb", container_id="c1", type=spec_pb.READINESS,
                             spec=spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(
                                 port=spec_pb.PortRef(number=80)), success_threshold=1, failure_threshold=3),
-                            **fields)
+                            status=status, **fields)
 
 
 # --- pure ----------------------------------------------------------------------------------------------------
@@ -64,7 +69,7 @@ def test_a_watcher_at_the_stored_revision_resumes_across_a_crash():
     async def main():
         board = StatusBoard(instance_id="i", revision=1000, resume_point=41)
         board.restore([probe(state=S, revision=40)])
-        board.update("p", lambda p: p.worker.CopyFrom(service_pb.WorkerStatus(pid=7)))
+        board.update("p", lambda p: p.status.worker.CopyFrom(service_pb.WorkerStatus(pid=7)))
         resumed = await _drain(board, service_pb.WatchProbeStatusRequest(instance_id="i", since_revision=41))
         assert [(e.type, e.revision) for e in resumed] == [(service_pb.UPDATED, 1001)]
         # One that saw a revision the crashed daemon never stored gets the whole state instead.
@@ -128,16 +133,16 @@ def test_a_state_change_is_written_soon_and_a_steady_probe_not_at_all(tmp_path):
         store.save(probe())
         board.put(probe(state=F))
         assert await flushes.next() == 1
-        board.record_attempt("p", lambda p: setattr(p, "consecutive_successes", 1))
+        board.record_attempt("p", lambda p: setattr(p.status, "consecutive_successes", 1))
         assert writer.urgent  # a run began: the thresholds need it
-        board.update("p", lambda p: setattr(p, "state", S))
+        board.update("p", lambda p: setattr(p.status, "state", S))
         assert await flushes.next() == 1
         for n in range(6, 20):
-            board.record_attempt("p", lambda p, n=n: setattr(p, "consecutive_successes", n))
+            board.record_attempt("p", lambda p, n=n: setattr(p.status, "consecutive_successes", n))
             assert not writer.urgent  # kept for the lazy write: the thresholds need nothing new
         await writer.close()  # the rest, fsynced
         stored = store.load_observed()["p"]
-        assert (stored.state, stored.consecutive_successes) == (S, 19)
+        assert (stored.status.state, stored.status.consecutive_successes) == (S, 19)
         meta = store.load_meta()
         assert meta["revision"] == meta["revision_reserved"] == str(board.revision)
         assert meta["instance_id"] == board.instance_id

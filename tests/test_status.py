@@ -53,9 +53,9 @@ async def expect_only_marker_next(board: StatusBoard, stream, marker_id: str = "
 
 def attempted(result: int):
     def apply(p: service_pb.Probe) -> None:
-        p.last_attempt.CopyFrom(spec_pb.Attempt(result=result, output="out"))
-        p.totals.success += 1
-        p.consecutive_successes += 1
+        p.status.last_attempt.CopyFrom(spec_pb.Attempt(result=result, output="out"))
+        p.status.totals.success += 1
+        p.status.consecutive_successes += 1
     return apply
 
 
@@ -113,10 +113,10 @@ def test_revision_is_monotonic_and_only_changes_bump_it():
     assert len(board.instance_id) == 32 and board.instance_id != StatusBoard().instance_id
     assert board.put(probe("p1")) == 1
     assert board.put(probe("p2", container="c2")) == 2
-    assert board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS)) == 3
+    assert board.update("p1", lambda p: setattr(p.status, "state", spec_pb.STATE_SUCCESS)) == 3
     board.record_attempt("p1", attempted(spec_pb.RESULT_SUCCESS))
     assert board.revision == 3, "an attempt is not a revision"
-    assert board.get("p1").totals.success == 1 and board.get("p1").revision == 3
+    assert board.get("p1").status.totals.success == 1 and board.get("p1").revision == 3
     assert board.remove("p2") == 4
     assert board.remove("p2") is None and board.remove("never") is None
     assert board.update("never", lambda p: None) is None
@@ -142,12 +142,12 @@ def test_update_that_raises_changes_nothing():
     board.put(probe("p1"))
 
     def broken(p: service_pb.Probe) -> None:
-        p.state = spec_pb.STATE_FAILURE
+        p.status.state = spec_pb.STATE_FAILURE
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
         board.update("p1", broken)
-    assert board.get("p1").state == spec_pb.STATE_UNKNOWN and board.revision == 1
+    assert board.get("p1").status.state == spec_pb.STATE_UNKNOWN and board.revision == 1
     with pytest.raises(ValueError):
         board.update("p1", lambda p: setattr(p, "probe_id", "other"))
 
@@ -185,12 +185,12 @@ def test_snapshot_then_complete_then_live_without_gap_or_duplicate():
         assert [brief(r) for r in first] == [("SNAPSHOT", "p1", 2), ("SNAPSHOT", "p2", 2), ("SNAPSHOT_COMPLETE", "", 2)]
         assert first[0].probe.revision == 2 and first[1].probe.revision == 1, "each probe keeps its own revision"
         assert board.watcher_count == 1
-        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS))
+        board.update("p1", lambda p: setattr(p.status, "state", spec_pb.STATE_SUCCESS))
         board.put(probe("p3", sandbox="s3"))
         board.remove("p2")
         live = await take(stream, 3)
         assert [brief(r) for r in live] == [("UPDATED", "p1", 3), ("UPDATED", "p3", 4), ("REMOVED", "p2", 5)]
-        assert live[0].probe.state == spec_pb.STATE_SUCCESS
+        assert live[0].probe.status.state == spec_pb.STATE_SUCCESS
         removed = live[2].probe
         assert (removed.pod_sandbox_id, removed.container_id, removed.type) == ("s2", "c1", spec_pb.READINESS)
         assert {r.instance_id for r in first + live} == {"inst-1"}
@@ -353,11 +353,11 @@ def test_a_probe_that_leaves_a_watched_state_is_removed_for_that_watcher():
         board.put(probe("p1"))
         failing = board.watch(watch_request(state=spec_pb.STATE_FAILURE))
         assert [r.type for r in await take(failing, 1)] == [COMPLETE]  # p1 is unknown, not failing
-        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_FAILURE))
+        board.update("p1", lambda p: setattr(p.status, "state", spec_pb.STATE_FAILURE))
         assert brief(await next_event(failing)) == ("UPDATED", "p1", 2)
-        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS))
+        board.update("p1", lambda p: setattr(p.status, "state", spec_pb.STATE_SUCCESS))
         gone = await next_event(failing)
-        assert brief(gone) == ("REMOVED", "p1", 3) and gone.probe.state == spec_pb.STATE_FAILURE
+        assert brief(gone) == ("REMOVED", "p1", 3) and gone.probe.status.state == spec_pb.STATE_FAILURE
         await failing.aclose()
 
     asyncio.run(main())
@@ -377,7 +377,7 @@ def test_a_state_filter_of_unknown_is_not_an_unset_filter():
     board = StatusBoard()
     board.put(probe("p1"))
     board.put(probe("p2"))
-    board.update("p2", lambda p: setattr(p, "state", spec_pb.STATE_SUCCESS))
+    board.update("p2", lambda p: setattr(p.status, "state", spec_pb.STATE_SUCCESS))
     assert [p.probe_id for p in board.list(service_pb.ProbeFilter(state=spec_pb.STATE_UNKNOWN))] == ["p1"]
     assert len(board.list(service_pb.ProbeFilter())) == 2
 
@@ -394,14 +394,14 @@ def test_resume_with_same_instance_gets_only_what_was_missed_including_removals(
         assert got[-1].type == COMPLETE and last_seen == 3
         await first.aclose()
         # While disconnected:
-        board.update("p1", lambda p: setattr(p, "state", spec_pb.STATE_FAILURE))  # 4
+        board.update("p1", lambda p: setattr(p.status, "state", spec_pb.STATE_FAILURE))  # 4
         board.remove("p2")  # 5
         board.put(probe("other", sandbox="s2", container="c9"))  # 6, not in the filter
         board.put(probe("p3", sandbox="s1", container="c3"))  # 7
         resumed = board.watch(watch_request(instance_id="inst", since=last_seen, pod_sandbox_id="s1"))
         missed = await take(resumed, 3)
         assert [brief(r) for r in missed] == [("UPDATED", "p1", 4), ("REMOVED", "p2", 5), ("UPDATED", "p3", 7)]
-        assert missed[0].probe.state == spec_pb.STATE_FAILURE
+        assert missed[0].probe.status.state == spec_pb.STATE_FAILURE
         board.put(probe("p4", sandbox="s1", container="c4"))  # live after the replay
         assert brief(await next_event(resumed)) == ("UPDATED", "p4", 8)
         await resumed.aclose()
@@ -467,7 +467,7 @@ def test_every_attempt_only_for_watchers_that_asked():
         board.record_attempt("p2", attempted(spec_pb.RESULT_SUCCESS))  # outside the filter
         event = await next_event(attempts)
         assert brief(event) == ("ATTEMPT", "p1", 2), "the current revision: an attempt does not bump it"
-        assert event.probe.last_attempt.result == spec_pb.RESULT_SUCCESS and event.probe.totals.success == 1
+        assert event.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS and event.probe.status.totals.success == 1
         assert event.probe.revision == 1
         board.put(probe("marker", sandbox="s1", container="m"))
         assert brief(await next_event(attempts)) == ("UPDATED", "marker", 3)

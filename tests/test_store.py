@@ -18,9 +18,10 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from shim.state import schema
 from shim.state import store as store_mod
-from shim.state.store import (CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable, decode_registration,
-                        registration_of)
+from shim.state.schema import decode_registration, registration_of
+from shim.state.store import CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,13 +52,14 @@ def with_status(probe: service_pb.Probe) -> service_pb.Probe:
     """The same probe with everything the daemon observes filled in (none of it may be persisted)."""
     out = service_pb.Probe()
     out.CopyFrom(probe)
-    out.state = spec_pb.STATE_SUCCESS
-    out.state_changed_at = 42
-    out.last_attempt.CopyFrom(spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS, output="ok", duration_ns=1000))
-    out.last_trace_id, out.last_span_id = "ab" * 16, "cd" * 8
-    out.consecutive_successes, out.consecutive_failures, out.on_hold = 3, 0, True
-    out.totals.success = 9
-    out.worker.CopyFrom(service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=1234, restarts=2))
+    status = out.status
+    status.state = spec_pb.STATE_SUCCESS
+    status.state_changed_at = 42
+    status.last_attempt.CopyFrom(spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS, output="ok", duration_ns=1000))
+    status.last_trace_id, status.last_span_id = "ab" * 16, "cd" * 8
+    status.consecutive_successes, status.consecutive_failures, status.on_hold = 3, 0, True
+    status.totals.success = 9
+    status.worker.CopyFrom(service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=1234, restarts=2))
     out.revision = 77
     return out
 
@@ -74,7 +76,7 @@ def test_registration_of_keeps_only_the_registered_fields():
     full = with_status(registration())
     kept = registration_of(full)
     assert kept == registration()
-    assert {f.name for f, _ in kept.ListFields()} == store_mod.REGISTRATION_FIELDS
+    assert {f.name for f, _ in kept.ListFields()} == schema.REGISTRATION_FIELDS
     assert full.revision == 77, "the argument is not modified"
 
 
@@ -90,7 +92,7 @@ def test_decode_registration_rejects_garbage_and_foreign_rows():
 
 
 def test_every_migration_step_is_counted_in_the_schema_version():
-    assert store_mod.SCHEMA_VERSION == len(store_mod.MIGRATIONS) >= 1
+    assert schema.SCHEMA_VERSION == len(schema.MIGRATIONS) >= 1
 
 
 def sqlite_error(message: str, code: int | None) -> sqlite3.OperationalError:
@@ -180,13 +182,13 @@ def test_database_is_wal_fully_synchronous_and_versioned(db_path):
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
     with closing(sqlite3.connect(db_path, isolation_level=None)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (store_mod.SCHEMA_VERSION,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (schema.SCHEMA_VERSION,)
 
 
 def test_a_newer_schema_is_refused_not_downgraded(db_path):
     ProbeStore(db_path).close()
     with closing(sqlite3.connect(db_path, isolation_level=None)) as raw:
-        raw.execute(f"PRAGMA user_version = {store_mod.SCHEMA_VERSION + 1}")
+        raw.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError, match="newer than this shim"):
         ProbeStore(db_path)
 

@@ -12,6 +12,7 @@ import asyncio
 import socket
 
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
@@ -153,8 +154,8 @@ async def test_a_probe_with_progress_resumes_without_a_state_change(target):
 
     manager = ProbeManager(SucceedingProber(), emit, sandbox_id="sb")
     reg = registration(1)
-    reg.progress.CopyFrom(worker_pb.ProbeProgress(
-        state=spec_pb.STATE_SUCCESS, consecutive_successes=1, totals=worker_pb.AttemptCounts(success=41, failure=2)))
+    reg.status.CopyFrom(service_pb.ProbeStatus(
+        state=spec_pb.STATE_SUCCESS, consecutive_successes=1, totals=service_pb.AttemptTotals(success=41, failure=2)))
     await manager.add(reg)
     async with asyncio.timeout(DEADLINE_S):
         await attempted.wait()
@@ -193,16 +194,16 @@ async def test_snapshot_counts_totals_from_the_progress_on(target):
 
     manager = ProbeManager(SucceedingProber(), emit, sandbox_id="sb")
     reg = registration(1)
-    reg.progress.totals.success = 10
-    reg.progress.state = spec_pb.STATE_SUCCESS
+    reg.status.totals.success = 10
+    reg.status.state = spec_pb.STATE_SUCCESS
     await manager.add(reg)
     async with asyncio.timeout(DEADLINE_S):
         await enough.wait()
     (snap,) = manager.snapshot()
     await manager.close()
-    assert snap.progress.totals.success >= 13
-    assert snap.progress.last_attempt.output == "ok"
-    assert not snap.registration.HasField("progress")  # the registration as it runs, not as it came
+    assert snap.status.totals.success >= 13
+    assert snap.status.last_attempt.output == "ok"
+    assert not snap.registration.HasField("status")  # the registration as it runs, not as it came
     assert snap.registration.probe_id == "p"
 
 
@@ -285,8 +286,8 @@ async def test_a_worker_outlives_a_daemon_that_died_and_serves_the_next(target):
     assert list(snapshot.sandboxes[0].pod_ips) == ["127.0.0.1"]
     (probe,) = snapshot.probes
     assert probe.registration.probe_id == "p"
-    assert probe.progress.state == spec_pb.STATE_SUCCESS
-    assert probe.progress.totals.success >= len(queued) + 1
+    assert probe.status.state == spec_pb.STATE_SUCCESS
+    assert probe.status.totals.success >= len(queued) + 1
     assert snapshot.dropped_events == 0
     # And it serves the new daemon as it served the old one.
     assert (await second.request(remove_probe=worker_pb.RemoveProbe(probe_id="p", sandbox_id="sb"))).ack
