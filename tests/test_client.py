@@ -115,15 +115,15 @@ def test_run_list_get_and_stop_probes(client, daemon, pod_netns):
                                 container_ports=[spec_pb.ContainerPort(name="web", container_port=server.port)])
     with watchdog(client):
         ready = next_matching(client.watch(every_attempt=True),
-                              lambda e: e.probe.probe_id == probe_id and e.probe.state == spec_pb.STATE_SUCCESS)
-    assert ready.probe.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
+                              lambda e: e.probe.probe_id == probe_id and e.probe.status.state == spec_pb.STATE_SUCCESS)
+    assert ready.probe.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
 
     (listed,) = client.probes(pod_sandbox_id=pod_netns.name)
     assert listed.probe_id == probe_id and listed.container_name == "app" and dict(listed.labels) == {"team": "web"}
     assert [p.probe_id for p in client.probes(labels={"team": "web"}, probe_type=spec_pb.READINESS)] == [probe_id]
     assert client.probes(labels={"team": "db"}) == [] and client.probes(probe_type=spec_pb.LIVENESS) == []
     got = client.probe(probe_id)
-    assert got.container_ports[0].name == "web" and got.worker.state == service_pb.WORKER_RUNNING
+    assert got.container_ports[0].name == "web" and got.status.worker.state == service_pb.WORKER_RUNNING
 
     (sandbox,) = [s for s in client.sandboxes() if s.id == pod_netns.name]
     assert sandbox.probes == 1 and sandbox.netns_path == pod_netns.path and sandbox.worker.pid > 0
@@ -271,8 +271,8 @@ def test_watch_resumes_across_a_daemon_crash_without_a_full_state(tmp_path, pod_
             events = c.watch(every_attempt=True, on_reconnect=lambda error, delay: reconnects.append(error))
             before = until_snapshot_complete(events)
             # Steady: ready, and two attempts since (the state change is in the store some ms after it is shown).
-            next_matching(events, lambda e: e.probe.state == spec_pb.STATE_SUCCESS
-                          and e.probe.consecutive_successes >= 3)
+            next_matching(events, lambda e: e.probe.status.state == spec_pb.STATE_SUCCESS
+                          and e.probe.status.consecutive_successes >= 3)
             d.crash()
             restarted = DaemonProcess(tmp_path).start()  # same socket and state dir: the same board goes on
             resumed = []
@@ -281,7 +281,7 @@ def test_watch_resumes_across_a_daemon_crash_without_a_full_state(tmp_path, pod_
             assert [e for e in resumed if e.type in (service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE,
                                                      service_pb.RESYNC)] == []
             assert {e.probe.probe_id for e in resumed} == {probe_id}
-            assert {e.probe.state for e in resumed} == {spec_pb.STATE_SUCCESS}
+            assert {e.probe.status.state for e in resumed} == {spec_pb.STATE_SUCCESS}
     finally:
         for daemon in (d, restarted):
             if daemon is not None and daemon.proc.poll() is None:

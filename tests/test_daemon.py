@@ -42,16 +42,16 @@ def test_health_reflection_and_version(daemon):
 def test_register_probe_status_and_replace(daemon, pod_netns):
     server = listen(pod_netns)
     probe_id = run(daemon, pod_netns, tcp_spec(server.port))
-    ready = wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS, probe_id)
-    assert ready.worker.state == service_pb.WORKER_RUNNING and ready.worker.pid > 0
-    assert ready.worker.netns_inode == os.stat(pod_netns.path).st_ino
-    assert ready.last_attempt.result == spec_pb.RESULT_SUCCESS and len(ready.last_trace_id) == 32
-    assert ready.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
+    ready = wait_for(daemon, lambda p: p.status.state == spec_pb.STATE_SUCCESS, probe_id)
+    assert ready.status.worker.state == service_pb.WORKER_RUNNING and ready.status.worker.pid > 0
+    assert ready.status.worker.netns_inode == os.stat(pod_netns.path).st_ino
+    assert ready.status.last_attempt.result == spec_pb.RESULT_SUCCESS and len(ready.status.last_trace_id) == 32
+    assert ready.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
     # Same sandbox, container and type: same id, new spec.
     again = run(daemon, pod_netns, tcp_spec(server.port, period_ms=200))
     assert again == probe_id
     (probe,) = status(daemon, pod_sandbox_id=pod_netns.name).probes
-    assert probe.spec.period_ms == 200 and probe.totals.success >= 1
+    assert probe.spec.period_ms == 200 and probe.status.totals.success >= 1
 
 
 def test_invalid_specs_and_unknown_sandbox(daemon, pod_netns):
@@ -89,8 +89,8 @@ def test_the_pods_own_loopback_is_probed_without_allow_host(daemon, pod_netns):
     spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=server.port),
                                                                 host="127.0.0.1"), period_ms=100)
     probe_id = run(daemon, pod_netns, spec)  # no --allow-host-field
-    probed = wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
-    assert probed.last_attempt.address == f"127.0.0.1:{server.port}"
+    probed = wait_for(daemon, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+    assert probed.status.last_attempt.address == f"127.0.0.1:{server.port}"
     assert probed.spec.tcp_socket.host == "127.0.0.1"  # kept as registered
     daemon.stop()
     assert "probe uses the host field" not in daemon.logs()
@@ -117,7 +117,7 @@ def test_localhost_reaches_an_ipv6_only_pods_loopback(tmp_path):
 def test_stop_is_idempotent_and_removes_the_worker(daemon, pod_netns):
     server = listen(pod_netns)
     probe_id = run(daemon, pod_netns, tcp_spec(server.port))
-    wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
     stopped = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=probe_id), timeout=5)
     assert list(stopped.stopped_probe_ids) == [probe_id]
     again = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=probe_id), timeout=5)
@@ -146,8 +146,8 @@ def test_run_probe_traceparent_parents_the_attempt_spans(daemon, pod_netns):
                                      type=spec_pb.READINESS, spec=tcp_spec(server.port))
     probe_id = daemon.stub.RunProbe(req, timeout=10,
                                     metadata=[("traceparent", f"00-{parent_trace}-b7ad6b7169203331-01")]).probe_id
-    traced = wait_for(daemon, lambda p: p.last_trace_id != "", probe_id)
-    assert traced.last_trace_id == parent_trace
+    traced = wait_for(daemon, lambda p: p.status.last_trace_id != "", probe_id)
+    assert traced.status.last_trace_id == parent_trace
 
 
 def test_host_field_allowed_by_config_is_used_and_logged(tmp_path, pod_netns):
@@ -158,8 +158,8 @@ def test_host_field_allowed_by_config_is_used_and_logged(tmp_path, pod_netns):
         spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=server.port),
                                                                     host=pod_netns.ipv4), period_ms=100)
         probe_id = run(d, pod_netns, spec)
-        probed = wait_for(d, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
-        assert probed.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"  # connected from the pod's netns
+        probed = wait_for(d, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        assert probed.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"  # connected from the pod's netns
     finally:
         d.stop()
     assert "probe uses the host field (allowed by config)" in d.logs()
@@ -170,7 +170,7 @@ def test_host_field_allowed_by_config_is_used_and_logged(tmp_path, pod_netns):
 def test_watch_snapshot_then_changes_and_resume(daemon, pod_netns):
     server = listen(pod_netns)
     first = run(daemon, pod_netns, tcp_spec(server.port), container="a")
-    wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS, first)
+    wait_for(daemon, lambda p: p.status.state == spec_pb.STATE_SUCCESS, first)
 
     stream = daemon.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(), timeout=15)
     events = iter(stream)
@@ -206,13 +206,13 @@ def test_watch_snapshot_then_changes_and_resume(daemon, pod_netns):
 def test_worker_killed_is_restarted_and_probing_resumes(daemon, pod_netns):
     server = listen(pod_netns)
     probe_id = run(daemon, pod_netns, tcp_spec(server.port))
-    running = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING and p.last_attempt.result, probe_id)
-    os.kill(running.worker.pid, signal.SIGKILL)
-    restarted = wait_for(daemon, lambda p: p.worker.restarts == 1 and p.worker.state == service_pb.WORKER_RUNNING, probe_id)
-    assert restarted.worker.pid != running.worker.pid
-    assert "signal 9" in restarted.worker.last_error or "exited" in restarted.worker.last_error
-    total = restarted.totals.success
-    wait_for(daemon, lambda p: p.totals.success > total, probe_id)
+    running = wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING and p.status.last_attempt.result, probe_id)
+    os.kill(running.status.worker.pid, signal.SIGKILL)
+    restarted = wait_for(daemon, lambda p: p.status.worker.restarts == 1 and p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    assert restarted.status.worker.pid != running.status.worker.pid
+    assert "signal 9" in restarted.status.worker.last_error or "exited" in restarted.status.worker.last_error
+    total = restarted.status.totals.success
+    wait_for(daemon, lambda p: p.status.totals.success > total, probe_id)
 
 
 def test_daemon_restart_restores_every_acknowledged_probe(tmp_path, pod_netns):
@@ -228,7 +228,7 @@ def test_daemon_restart_restores_every_acknowledged_probe(tmp_path, pod_netns):
             # The same board, going on: watchers resume across the restart (test_handover.py).
             assert restored.instance_id == old_instance
             assert [p.probe_id for p in restored.probes] == [probe_id]
-            wait_for(d2, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+            wait_for(d2, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
         finally:
             d2.stop()
     finally:
@@ -241,7 +241,7 @@ def test_removed_sandbox_drops_its_probes(tmp_path, pod_netns):
     try:
         server = listen(pod_netns)
         probe_id = run(d, pod_netns, tcp_spec(server.port))
-        wait_for(d, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+        wait_for(d, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
         server.stop()
         os.system(f"ip netns del {pod_netns.name}")
         stream = d.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(), timeout=15)
@@ -261,7 +261,7 @@ def test_a_stop_without_handover_stops_everything(tmp_path, pod_netns, extra_arg
     d = DaemonProcess(tmp_path, extra_args).start()
     server = listen(pod_netns)
     probe_id = run(d, pod_netns, tcp_spec(server.port))
-    wait_for(d, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    wait_for(d, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
     children = worker_processes(d.proc.pid)
     assert children, "the zygote and the worker are the daemon's descendants"
     assert d.stop(sig) == 0
@@ -281,8 +281,8 @@ def test_embedded_namespaces_read_from_netns_names_never_share_a_worker(tmp_path
             server = listen(ns, host="127.0.0.1")
             probes[ns.name] = run(daemon, ns, tcp_spec(server.port, target=spec_pb.LOOPBACK))
         for probe_id in probes.values():
-            wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
-        workers = {p.pod_sandbox_id: p.worker for p in status(daemon).probes}
+            wait_for(daemon, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        workers = {p.pod_sandbox_id: p.status.worker for p in status(daemon).probes}
         a1, a2, b1 = (workers[ns.name] for ns in made)
         assert (a1.group, a2.group, b1.group) == ("team-a#1", "team-a#1", "team-b#1")
         assert a1.pid == a2.pid != b1.pid

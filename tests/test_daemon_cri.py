@@ -66,8 +66,8 @@ def test_probes_resolve_sandboxes_over_cri_and_metrics_name_the_pod(shim, pod_ne
     server = listen(pod_netns)
     probe_id = shim.stub.RunProbe(service_pb.RunProbeRequest(
         pod_sandbox_id=SANDBOX, container_name="app", type=spec_pb.READINESS, spec=tcp_spec(server.port)), timeout=10).probe_id
-    ready = wait_for(shim, lambda p: p.state == spec_pb.STATE_SUCCESS, probe_id)
-    assert ready.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"  # the pod IP the runtime reported
+    ready = wait_for(shim, lambda p: p.status.state == spec_pb.STATE_SUCCESS, probe_id)
+    assert ready.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"  # the pod IP the runtime reported
     (sandbox,) = [s for s in shim.stub.ListProbeSandboxes(service_pb.ListProbeSandboxesRequest(), timeout=5).sandboxes]
     assert (sandbox.id, sandbox.name, sandbox.namespace, sandbox.netns_path) == (SANDBOX, "web-0", "shop", pod_netns.path)
     assert list(sandbox.pod_ips) == [pod_netns.ipv4, pod_netns.ipv6]
@@ -94,10 +94,10 @@ def test_cri_calls_pass_through_and_remove_drops_probes(shim, pod_netns):
     server = listen(pod_netns)
     probe_id = shim.stub.RunProbe(service_pb.RunProbeRequest(
         pod_sandbox_id=SANDBOX, container_name="app", type=spec_pb.LIVENESS, spec=tcp_spec(server.port)), timeout=10).probe_id
-    wait_for(shim, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    wait_for(shim, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
 
     cri_call(shim.channel, "StopPodSandbox", cri_pb.StopPodSandboxRequest(pod_sandbox_id=SANDBOX), cri_pb.VersionRequest)
-    stopped = wait_for(shim, lambda p: p.worker.state == service_pb.WORKER_NONE, probe_id)
+    stopped = wait_for(shim, lambda p: p.status.worker.state == service_pb.WORKER_NONE, probe_id)
     assert stopped.probe_id == probe_id  # stopped, still registered until removal
 
     cri_call(shim.channel, "RemovePodSandbox", cri_pb.RemovePodSandboxRequest(pod_sandbox_id=SANDBOX), cri_pb.VersionRequest)

@@ -25,8 +25,8 @@ PERIOD_MS = 200
 
 def worker_of(daemon: DaemonProcess, probe_id: str) -> int:
     """The pid of the worker running the probe, once it runs."""
-    probe = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING, probe_id)
-    return probe.worker.pid
+    probe = wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, probe_id)
+    return probe.status.worker.pid
 
 
 def ready_probe(daemon: DaemonProcess, ns, port: int) -> str:
@@ -34,7 +34,7 @@ def ready_probe(daemon: DaemonProcess, ns, port: int) -> str:
     daemon writes a state change to its store some milliseconds after it shows it; a crash in between loses the
     write, not the state: the adopted worker has it, but the watchers' resume point is older)."""
     probe_id = run(daemon, ns, tcp_spec(port, period_ms=PERIOD_MS))
-    wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS and p.consecutive_successes >= 3, probe_id)
+    wait_for(daemon, lambda p: p.status.state == spec_pb.STATE_SUCCESS and p.status.consecutive_successes >= 3, probe_id)
     return probe_id
 
 
@@ -60,7 +60,7 @@ def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, p
     first = DaemonProcess(tmp_path).start()
     probe_id = ready_probe(first, pod_netns, server.port)
     before = status(first, probe_id=probe_id)
-    worker_pid = before.probes[0].worker.pid
+    worker_pid = before.probes[0].status.worker.pid
     if how == "kill -9":
         first.crash()
     else:
@@ -79,21 +79,21 @@ def test_the_next_daemon_adopts_the_running_worker_and_nothing_flaps(tmp_path, p
     try:
         after = status(second, probe_id=probe_id)
         (probe,) = after.probes
-        assert probe.worker.pid == worker_pid, "the running worker was replaced, not adopted"
-        assert probe.state == spec_pb.STATE_SUCCESS
-        assert probe.state_changed_at == before.probes[0].state_changed_at
+        assert probe.status.worker.pid == worker_pid, "the running worker was replaced, not adopted"
+        assert probe.status.state == spec_pb.STATE_SUCCESS
+        assert probe.status.state_changed_at == before.probes[0].status.state_changed_at
         assert after.instance_id == before.instance_id
         # Attempts went on while no daemon listened, and their totals reached the new one.
-        assert probe.totals.success >= before.probes[0].totals.success
+        assert probe.status.totals.success >= before.probes[0].status.totals.success
         events = watch_after_restart(second, before.instance_id, before.revision, probe_id, attempts=3)
         # Resumed, and nothing changed: not the state, not even the worker's status (the same worker runs on).
         assert [e.type for e in events] == [service_pb.ATTEMPT] * 3, [(e.type, e.revision) for e in events]
-        assert probe.worker == before.probes[0].worker
-        assert {e.probe.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
-        assert all(e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS for e in events
+        assert probe.status.worker == before.probes[0].status.worker
+        assert {e.probe.status.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
+        assert all(e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS for e in events
                    if e.type == service_pb.ATTEMPT)
         # No tick was missed while no daemon listened: the ticker counts the dropped ones.
-        assert all(e.probe.last_attempt.ticks_missed == 0 for e in events if e.type == service_pb.ATTEMPT)
+        assert all(e.probe.status.last_attempt.ticks_missed == 0 for e in events if e.type == service_pb.ATTEMPT)
         # And RunProbe works again at once.
         assert run(second, pod_netns, tcp_spec(server.port, period_ms=PERIOD_MS), container="other")
     finally:
@@ -106,7 +106,7 @@ def test_a_worker_no_registration_needs_is_stopped_by_the_next_daemon(tmp_path, 
     server = listen(pod_netns)
     first = DaemonProcess(tmp_path).start()
     probe_id = ready_probe(first, pod_netns, server.port)
-    worker_pid = status(first, probe_id=probe_id).probes[0].worker.pid
+    worker_pid = status(first, probe_id=probe_id).probes[0].status.worker.pid
     assert first.stop(signal.SIGTERM) == 0
     server.stop()
     pod_netns.destroy()  # gone while no daemon ran
@@ -128,7 +128,7 @@ def test_after_an_upgrade_old_workers_are_adopted_and_new_ones_run_the_new_code(
     server = listen(pod_netns)
     first = DaemonProcess(tmp_path).start()
     probe_id = ready_probe(first, pod_netns, server.port)
-    old_worker = status(first, probe_id=probe_id).probes[0].worker.pid
+    old_worker = status(first, probe_id=probe_id).probes[0].status.worker.pid
     old_zygote = zygote_of(old_worker)
     assert first.stop(signal.SIGTERM) == 0
     upgrade = code_copy(tmp_path / "next", {"probe_api/defaults.py": ('SHIM_VERSION = "', 'SHIM_VERSION = "next-')})
@@ -136,7 +136,7 @@ def test_after_an_upgrade_old_workers_are_adopted_and_new_ones_run_the_new_code(
     try:
         assert second.stub.ShimVersion(service_pb.ShimVersionRequest(), timeout=5).version.startswith("next-")
         (probe,) = status(second, probe_id=probe_id).probes
-        assert (probe.worker.pid, probe.state) == (old_worker, spec_pb.STATE_SUCCESS)  # adopted, as it was
+        assert (probe.status.worker.pid, probe.status.state) == (old_worker, spec_pb.STATE_SUCCESS)  # adopted, as it was
         # A new sandbox's worker comes from a zygote of the new code, not from the old one.
         other = PodNetns.create()
         try:
@@ -158,7 +158,7 @@ def test_a_worker_of_another_protocol_is_replaced_and_its_probe_goes_on_from_the
     first = DaemonProcess(tmp_path).start()
     probe_id = ready_probe(first, pod_netns, server.port)
     before = status(first, probe_id=probe_id)
-    old_worker = before.probes[0].worker.pid
+    old_worker = before.probes[0].status.worker.pid
     assert first.stop(signal.SIGTERM) == 0
     newer = code_copy(tmp_path / "next", {"probe_api/worker_protocol.py": (
         "WORKER_PROTOCOL_VERSION = ", "WORKER_PROTOCOL_VERSION = 1 + ")})
@@ -167,16 +167,16 @@ def test_a_worker_of_another_protocol_is_replaced_and_its_probe_goes_on_from_the
         psutil.Process(old_worker).wait(timeout=10) if psutil.pid_exists(old_worker) else None
         (probe,) = status(second, probe_id=probe_id).probes
         # Not adopted: a new worker, yet the probe is as it was (no "not ready" in between) ...
-        assert probe.state == spec_pb.STATE_SUCCESS
-        assert probe.state_changed_at == before.probes[0].state_changed_at
-        assert probe.totals.success >= before.probes[0].totals.success
+        assert probe.status.state == spec_pb.STATE_SUCCESS
+        assert probe.status.state_changed_at == before.probes[0].status.state_changed_at
+        assert probe.status.totals.success >= before.probes[0].status.totals.success
         events = watch_after_restart(second, before.instance_id, before.revision, probe_id, attempts=2)
         assert not [e for e in events if e.type in (service_pb.SNAPSHOT, service_pb.RESYNC)]
         attempts = [e.probe for e in events if e.type == service_pb.ATTEMPT]
-        assert {p.state for p in attempts} == {spec_pb.STATE_SUCCESS}
+        assert {p.status.state for p in attempts} == {spec_pb.STATE_SUCCESS}
         # ... its worker is a new one, and the count of successes goes on from the stored one.
-        assert attempts[-1].worker.pid not in (0, old_worker)
-        assert attempts[-1].consecutive_successes > 3
+        assert attempts[-1].status.worker.pid not in (0, old_worker)
+        assert attempts[-1].status.consecutive_successes > 3
     finally:
         second.stop()
 
@@ -189,12 +189,12 @@ def test_a_crashed_worker_comes_back_with_its_probes_where_they_stood(tmp_path, 
     try:
         probe_id = ready_probe(daemon, pod_netns, server.port)
         before = status(daemon, probe_id=probe_id)
-        old_worker = before.probes[0].worker.pid
+        old_worker = before.probes[0].status.worker.pid
         psutil.Process(old_worker).kill()
         events = watch_after_restart(daemon, before.instance_id, before.revision, probe_id, attempts=2)
         attempts = [e.probe for e in events if e.type == service_pb.ATTEMPT]
-        assert attempts[-1].worker.pid not in (0, old_worker) and attempts[-1].worker.restarts == 1
-        assert {e.probe.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
-        assert status(daemon, probe_id=probe_id).probes[0].state_changed_at == before.probes[0].state_changed_at
+        assert attempts[-1].status.worker.pid not in (0, old_worker) and attempts[-1].status.worker.restarts == 1
+        assert {e.probe.status.state for e in events if e.probe.probe_id} == {spec_pb.STATE_SUCCESS}
+        assert status(daemon, probe_id=probe_id).probes[0].status.state_changed_at == before.probes[0].status.state_changed_at
     finally:
         daemon.stop()

@@ -108,7 +108,7 @@ def run_three(probectl, pod_netns, servers) -> dict[str, str]:
 
 
 def wait_probed(daemon, probe_id):
-    return wait_for(daemon, lambda p: p.state == spec_pb.STATE_SUCCESS and p.last_attempt.started_at_unix_ns, probe_id)
+    return wait_for(daemon, lambda p: p.status.state == spec_pb.STATE_SUCCESS and p.status.last_attempt.started_at_unix_ns, probe_id)
 
 
 # --- version, run, ps, inspect -----------------------------------------------------------
@@ -157,7 +157,7 @@ def test_ps_json_and_yaml_shape(daemon, probectl, pod_netns, servers):
     assert http["type"] == "READINESS" and http["podSandboxId"] == pod_netns.name
     assert http["spec"]["httpGet"]["httpHeaders"] == [{"name": "X-Probe", "value": "yes"}]
     assert http["spec"]["periodMs"] == "200"                        # protojson: int64 as a string
-    assert http["lastAttempt"]["result"] == "RESULT_SUCCESS"
+    assert http["status"]["lastAttempt"]["result"] == "RESULT_SUCCESS"
     # The same data as YAML (a second listing: the probes' results may have moved on, their identity not).
     as_yaml = yaml.safe_load(probectl("ps", "--pod", pod_netns.name, "-o", "yaml").out)["probes"]
     assert [(p["probeId"], p["type"], p["spec"]) for p in as_yaml] == \
@@ -168,9 +168,9 @@ def test_inspect_json_by_id_or_prefix(daemon, probectl, pod_netns, servers):
     ids = run_three(probectl, pod_netns, servers)
     wait_probed(daemon, ids["http"])
     one = json.loads(probectl("inspect", ids["http"]).out)
-    assert one["probeId"] == ids["http"] and one["state"] == "STATE_SUCCESS"
-    assert [p["name"] for p in one["lastAttempt"]["phases"]] == ["connect", "request", "processing", "transfer"]
-    assert len(one["lastTraceId"]) == 32
+    assert one["probeId"] == ids["http"] and one["status"]["state"] == "STATE_SUCCESS"
+    assert [p["name"] for p in one["status"]["lastAttempt"]["phases"]] == ["connect", "request", "processing", "transfer"]
+    assert len(one["status"]["lastTraceId"]) == 32
     several = json.loads(probectl("inspect", ids["http"][:13], ids["tcp"]).out)
     assert [p["probeId"] for p in several] == [ids["http"], ids["tcp"]]
     described = probectl("inspect", ids["http"], "-o", "table").out
@@ -342,8 +342,8 @@ def test_apply_registers_every_probe_of_a_multi_container_pod(daemon, probectl, 
     assert {line.split()[0] for line in listed} == {row[0] for row in applied.values()}
     # The named port resolved to 8080 and the header was sent (/echo answers with the request head).
     readiness = wait_probed(daemon, applied["web", "readiness"][0])
-    assert readiness.last_attempt.address == f"{pod_netns.ipv4}:8080"
-    assert "X-Probe: readiness" in readiness.last_attempt.output
+    assert readiness.status.last_attempt.address == f"{pod_netns.ipv4}:8080"
+    assert "X-Probe: readiness" in readiness.status.last_attempt.output
     for row in applied.values():
         wait_probed(daemon, row[0])
 
@@ -401,8 +401,8 @@ spec:
 """)
     applied = probectl("apply", "-f", str(manifest), "--pod", pod_netns.name)
     assert applied.rc == 0 and applied.err == "", applied
-    probed = wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS)
-    assert probed.last_attempt.address == f"127.0.0.1:{admin.port}" and probed.spec.http_get.host == "127.0.0.1"
+    probed = wait_for(daemon, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS)
+    assert probed.status.last_attempt.address == f"127.0.0.1:{admin.port}" and probed.spec.http_get.host == "127.0.0.1"
 
 # --- rm, pods, workers -----------------------------------------------------------------------
 
@@ -419,7 +419,7 @@ def test_rm_by_id_and_by_pod(daemon, probectl, pod_netns, servers):
 
 def test_pods_and_workers_show_the_worker(daemon, probectl, pod_netns, servers):
     ids = run_three(probectl, pod_netns, servers)
-    worker_pid = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING, ids["http"]).worker.pid
+    worker_pid = wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING, ids["http"]).status.worker.pid
     pods = assert_aligned(probectl("pods", "--no-trunc").out, render.PODS_HEADERS)
     mine = next(line.split() for line in pods[1:] if line.split()[0] == pod_netns.name)
     assert mine[3:7] == ["Ready", pod_netns.path, str(worker_pid), "3"]
@@ -461,7 +461,7 @@ def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
         while True:
             event = json.loads(read_line(proc, deadline))
             assert event["type"] == "UPDATED"
-            if event["probe"]["probeId"] == probe_id and event["probe"]["state"] == "STATE_SUCCESS":
+            if event["probe"]["probeId"] == probe_id and event["probe"]["status"]["state"] == "STATE_SUCCESS":
                 break
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(timeout=LINE_TIMEOUT_S) == 0, proc.stderr.read()

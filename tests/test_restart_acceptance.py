@@ -101,19 +101,19 @@ class Watcher:
         if not probe.probe_id or event.type == service_pb.REMOVED:
             return
         before = self.states.get(probe.probe_id)
-        if self.steady and before is not None and before != probe.state:
-            self.transitions.append((probe.probe_id, before, probe.state))
-        self.states[probe.probe_id] = probe.state
+        if self.steady and before is not None and before != probe.status.state:
+            self.transitions.append((probe.probe_id, before, probe.status.state))
+        self.states[probe.probe_id] = probe.status.state
         if event.type == service_pb.ATTEMPT:
             self.attempts += 1
-            self.ticks_missed += probe.last_attempt.ticks_missed
+            self.ticks_missed += probe.status.last_attempt.ticks_missed
             self._attempted.set()
 
 
 def steady(probes) -> bool:
     """Every probe ready (or alive) on two attempts in a row since it got there."""
     return len(probes) == SANDBOXES * len(PROBES) and all(
-        p.state == spec_pb.STATE_SUCCESS and p.consecutive_successes >= 3 for p in probes)
+        p.status.state == spec_pb.STATE_SUCCESS and p.status.consecutive_successes >= 3 for p in probes)
 
 
 def wait_until(daemon: DaemonProcess, predicate, timeout_s: float) -> list:
@@ -171,7 +171,7 @@ def test_restarts_and_an_upgrade_under_load_change_nothing(tmp_path):
         before = wait_until(daemon, steady, STEADY_TIMEOUT_S)
         watcher.steady = True
         registered = sorted(p.probe_id for p in before)
-        workers = {p.pod_sandbox_id: p.worker.pid for p in before}
+        workers = {p.pod_sandbox_id: p.status.worker.pid for p in before}
 
         for how in ("kill -9", "SIGTERM", "upgrade"):
             if how == "kill -9":
@@ -187,23 +187,24 @@ def test_restarts_and_an_upgrade_under_load_change_nothing(tmp_path):
             watcher.wait_for_an_attempt()
             after = list(status(daemon).probes)
             assert sorted(p.probe_id for p in after) == registered, f"registrations lost after {how}"
-            assert {p.pod_sandbox_id: p.worker.pid for p in after} == workers, f"workers not adopted after {how}"
-            assert all(p.state == spec_pb.STATE_SUCCESS for p in after), f"a state changed after {how}"
+            assert {p.pod_sandbox_id: p.status.worker.pid for p in after} == workers, f"workers not adopted after {how}"
+            assert all(p.status.state == spec_pb.STATE_SUCCESS for p in after), f"a state changed after {how}"
             assert watcher.resyncs == 0, f"the watcher got the full state again after {how}"
             assert watcher.transitions == [], f"transitions after {how}: {watcher.transitions[:5]}"
 
         # Every probe's ticks from its last attempt before the first restart to one after the last restart.
         restarted_ns = time.time_ns()
         end = wait_until(daemon, lambda probes: all(
-            p.last_attempt.scheduled_at_unix_ns > restarted_ns for p in probes), 30)
+            p.status.last_attempt.scheduled_at_unix_ns > restarted_ns for p in probes), 30)
         first = {p.probe_id: p for p in before}
         missed = {}
         for probe in end:
             was = first[probe.probe_id]
-            ticks = round((probe.last_attempt.scheduled_at_unix_ns - was.last_attempt.scheduled_at_unix_ns)
+            now_s, was_s = probe.status, was.status
+            ticks = round((now_s.last_attempt.scheduled_at_unix_ns - was_s.last_attempt.scheduled_at_unix_ns)
                           / (probe.spec.period_ms * 1_000_000))
-            attempts = sum((probe.totals.success, probe.totals.warning, probe.totals.failure, probe.totals.unknown)) \
-                - sum((was.totals.success, was.totals.warning, was.totals.failure, was.totals.unknown))
+            attempts = sum((now_s.totals.success, now_s.totals.warning, now_s.totals.failure, now_s.totals.unknown)) \
+                - sum((was_s.totals.success, was_s.totals.warning, was_s.totals.failure, was_s.totals.unknown))
             if attempts != ticks:
                 missed[probe.probe_id] = (ticks, attempts)
         assert missed == {}, f"(ticks, attempts) of probes that missed ticks: {missed}"

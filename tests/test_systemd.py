@@ -364,17 +364,17 @@ def test_daemon_works_with_exactly_the_units_capabilities(tmp_path, pod_netns, h
         probe_id = daemon.stub.RunProbe(service_pb.RunProbeRequest(
             pod_sandbox_id=f"/proc/{pause.proc.pid}/ns/net", container_name="app", type=spec_pb.READINESS,
             spec=tcp_spec(server.port)), timeout=10).probe_id
-        probe = wait_for(daemon, lambda p: p.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
-        assert probe.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
-        worker = psutil.Process(probe.worker.pid)
+        probe = wait_for(daemon, lambda p: p.status.last_attempt.result == spec_pb.RESULT_SUCCESS, probe_id)
+        assert probe.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
+        worker = psutil.Process(probe.status.worker.pid)
         assert worker.uids().effective == 65534 and effective_capabilities(worker.pid) == 0
 
         # CAP_KILL: a worker that stops answering runs as uid 65534, so only CAP_KILL lets the
         # daemon kill it; without it the stuck worker would stay behind forever.
         worker.suspend()
-        restarted = wait_for(daemon, lambda p: p.worker.restarts == 1 and p.worker.state == service_pb.WORKER_RUNNING,
+        restarted = wait_for(daemon, lambda p: p.status.worker.restarts == 1 and p.status.worker.state == service_pb.WORKER_RUNNING,
                              probe_id)
-        assert "missed heartbeats" in restarted.worker.last_error
+        assert "missed heartbeats" in restarted.status.worker.last_error
         worker.wait(timeout=10)  # gone (psutil raises TimeoutExpired if it is still there)
         assert "PermissionError" not in daemon.logs()
     finally:

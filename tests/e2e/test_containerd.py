@@ -135,8 +135,8 @@ class Watch:
     @staticmethod
     def describe(events) -> list[str]:
         return [f"{service_pb.WatchEventType.Name(e.type)} {e.probe.probe_id} "
-                f"{spec_pb.ProbeState.Name(e.probe.state)} {spec_pb.AttemptResult.Name(e.probe.last_attempt.result)} "
-                f"{e.probe.last_attempt.output[:80]!r}" for e in events]
+                f"{spec_pb.ProbeState.Name(e.probe.status.state)} {spec_pb.AttemptResult.Name(e.probe.status.last_attempt.result)} "
+                f"{e.probe.status.last_attempt.output[:80]!r}" for e in events]
 
     def close(self) -> None:
         self._stream.cancel()
@@ -149,7 +149,7 @@ class Watch:
 
 
 def is_state(probe_id: str, state) -> Callable:
-    return lambda e: e.type != service_pb.REMOVED and e.probe.probe_id == probe_id and e.probe.state == state
+    return lambda e: e.type != service_pb.REMOVED and e.probe.probe_id == probe_id and e.probe.status.state == state
 
 
 def exit_waiter(pid: int):
@@ -268,27 +268,27 @@ def test_probes_run_in_the_pod_and_reach_what_the_node_cannot(containerd, shim, 
         def all_good(event) -> bool:
             if event.type != service_pb.REMOVED:
                 seen[event.probe.probe_id] = event.probe
-            return (all(p in seen and seen[p].state == spec_pb.STATE_SUCCESS for p in (startup, readiness))
-                    and liveness in seen and seen[liveness].last_attempt.result == spec_pb.RESULT_SUCCESS)
+            return (all(p in seen and seen[p].status.state == spec_pb.STATE_SUCCESS for p in (startup, readiness))
+                    and liveness in seen and seen[liveness].status.last_attempt.result == spec_pb.RESULT_SUCCESS)
 
         watch.until(all_good, "startup and readiness success, a successful liveness attempt")
-        readiness_states = [e.probe.state for e in watch.events
+        readiness_states = [e.probe.status.state for e in watch.events
                             if e.probe.probe_id == readiness and e.type in (service_pb.SNAPSHOT, service_pb.UPDATED)]
         first_success = {p: next(i for i, e in enumerate(watch.events)
-                                 if e.probe.probe_id == p and e.probe.state == spec_pb.STATE_SUCCESS)
+                                 if e.probe.probe_id == p and e.probe.status.state == spec_pb.STATE_SUCCESS)
                          for p in (startup, readiness)}
 
     assert readiness_states[0] != spec_pb.STATE_SUCCESS and readiness_states[-1] == spec_pb.STATE_SUCCESS
     assert first_success[startup] < first_success[readiness], "readiness must wait for the startup probe"
 
-    ready = seen[readiness].last_attempt
+    ready = seen[readiness].status.last_attempt
     assert (ready.address, ready.http_status_code) == (f"127.0.0.1:{HTTP_PORT}", 200)
     assert ready.output == f"ok {containerd.images.token}\n"  # the body, from this session's workload
-    assert seen[liveness].last_attempt.address == f"{pod.ip}:{TCP_PORT}"
-    started = seen[startup].last_attempt
+    assert seen[liveness].status.last_attempt.address == f"{pod.ip}:{TCP_PORT}"
+    started = seen[startup].status.last_attempt
     assert (started.address, started.output) == (f"{pod.ip}:{grpc_port}", "service healthy")
 
-    worker = probe_status(shim, readiness).worker
+    worker = probe_status(shim, readiness).status.worker
     assert worker.state == service_pb.WORKER_RUNNING and worker.netns_path == pod.netns_path
     assert worker.netns_inode == os.stat(pod.netns_path).st_ino == os.stat(f"/proc/{pod.pid}/ns/net").st_ino
     # The worker itself sits in an empty netns of its own: the pod's sockets come from the netns broker.
@@ -314,17 +314,17 @@ def test_liveness_fails_when_the_container_stops_and_recovers_after_a_restart(co
     with Watch(shim, pod_sandbox_id=pod.id) as watch:
         liveness = run_probe(shim, pod, "tcp", spec_pb.LIVENESS, spec, shim.cri)
         watch.until(lambda e: e.probe.probe_id == liveness and e.type == service_pb.ATTEMPT
-                    and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, "a successful liveness attempt")
+                    and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, "a successful liveness attempt")
         kubelet.stop_container(first)
         failed = watch.until(is_state(liveness, spec_pb.STATE_FAILURE), "liveness turning failure").probe
     # Attempts read after the stop may still include successes from before it: what counts is the run of
     # failures since the last success, which must be exactly failureThreshold long.
-    results = [e.probe.last_attempt.result for e in watch.events
+    results = [e.probe.status.last_attempt.result for e in watch.events
                if e.type == service_pb.ATTEMPT and e.probe.probe_id == liveness]
     last_success = max(i for i, r in enumerate(results) if r == spec_pb.RESULT_SUCCESS)
     assert results[last_success + 1:] == [spec_pb.RESULT_FAILURE] * failure_threshold
-    assert "connect: connection refused" in failed.last_attempt.output
-    assert probe_status(shim, liveness).on_hold  # no more attempts for a dead container
+    assert "connect: connection refused" in failed.status.last_attempt.output
+    assert probe_status(shim, liveness).status.on_hold  # no more attempts for a dead container
 
     # The kubelet: kill, restart (attempt 1, a new container id), and a new probe worker for it.
     kubelet.remove_container(first)
@@ -335,10 +335,10 @@ def test_liveness_fails_when_the_container_stops_and_recovers_after_a_restart(co
     with Watch(shim, pod_sandbox_id=pod.id) as watch:
         renewed = run_probe(shim, pod, "tcp", spec_pb.LIVENESS, spec, shim.cri)
         recovered = watch.until(lambda e: e.probe.probe_id == renewed and e.type == service_pb.ATTEMPT
-                                and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, "liveness success").probe
+                                and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, "liveness success").probe
     assert renewed != liveness and probe_status(shim, liveness) is None
-    assert (recovered.container_id, recovered.state, recovered.on_hold) == (second, spec_pb.STATE_SUCCESS, False)
-    assert recovered.consecutive_failures == 0
+    assert (recovered.container_id, recovered.status.state, recovered.status.on_hold) == (second, spec_pb.STATE_SUCCESS, False)
+    assert recovered.status.consecutive_failures == 0
 
 
 # --- 4. sandbox life ---------------------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_stop_pod_sandbox_through_the_shim_ends_the_worker_for_good(containerd, 
     for n in range(STOP_ROUNDS):
         pod = kubelet.run_pod(f"stopped-{n}")
         probe = run_probe(shim, pod, "app", spec_pb.READINESS, tcp_spec())
-        worker = probe_status(shim, probe).worker
+        worker = probe_status(shim, probe).status.worker
         assert worker.state == service_pb.WORKER_RUNNING
         pidfd = exit_waiter(worker.pid)
         try:
@@ -366,9 +366,9 @@ def test_stop_pod_sandbox_through_the_shim_ends_the_worker_for_good(containerd, 
                 watch.until(lambda e: e.type == service_pb.REMOVED, "reconciliation dropping the stopped pod's probe")
         finally:
             os.close(pidfd)
-        restarted = [e.probe.worker for e in watch.events if e.type != service_pb.REMOVED
-                     and e.probe.worker.state in (service_pb.WORKER_STARTING, service_pb.WORKER_RUNNING)
-                     and e.probe.worker.pid != worker.pid]
+        restarted = [e.probe.status.worker for e in watch.events if e.type != service_pb.REMOVED
+                     and e.probe.status.worker.state in (service_pb.WORKER_STARTING, service_pb.WORKER_RUNNING)
+                     and e.probe.status.worker.pid != worker.pid]
         assert not restarted, f"round {n}: a worker was started again for the stopped sandbox: {restarted[-1]}"
         kubelet.remove_pod(pod)
         assert probe_status(shim, probe) is None
@@ -377,7 +377,7 @@ def test_stop_pod_sandbox_through_the_shim_ends_the_worker_for_good(containerd, 
 def test_sandbox_removed_behind_the_shims_back_is_noticed_by_reconciliation(containerd, shim, kubelet):
     pod = kubelet.run_pod("removed-directly")
     probe = run_probe(shim, pod, "app", spec_pb.READINESS, tcp_spec())
-    worker = probe_status(shim, probe).worker
+    worker = probe_status(shim, probe).status.worker
     assert worker.state == service_pb.WORKER_RUNNING
     pidfd = exit_waiter(worker.pid)
     try:
@@ -462,7 +462,7 @@ def test_twenty_pod_lifecycles_leak_no_worker_fd_netns_or_mount(containerd, shim
     def lifecycle(n: int) -> None:
         pod = kubelet.run_pod(f"cycle-{n}")
         probe = run_probe(shim, pod, "app", spec_pb.READINESS, tcp_spec())
-        worker = probe_status(shim, probe).worker
+        worker = probe_status(shim, probe).status.worker
         assert worker.state == service_pb.WORKER_RUNNING and worker.netns_path == pod.netns_path
         once = shim.stub.ExecProbe(service_pb.ExecProbeRequest(pod_sandbox_id=pod.id, spec=tcp_spec()), timeout=30)
         # Refused by the pod's own kernel: the attempt ran inside this pod's namespace.
@@ -514,7 +514,7 @@ def test_probectl_pods_ps_exec_and_workers_on_a_real_pod(containerd, shim, kubel
     with Watch(shim, pod_sandbox_id=pod.id) as watch:
         readiness = run_probe(shim, pod, "http", spec_pb.READINESS, http_spec(target=spec_pb.LOOPBACK), shim.cri)
         watch.until(is_state(readiness, spec_pb.STATE_SUCCESS), "readiness success")
-    worker = probe_status(shim, readiness).worker
+    worker = probe_status(shim, readiness).status.worker
 
     pods = probectl(shim, "pods")
     assert pods.returncode == 0, pods.stderr

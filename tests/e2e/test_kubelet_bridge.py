@@ -185,9 +185,9 @@ def test_bridged_attempts_are_visible_like_any_probe(containerd, make_shim):
     row = events[-1].probe
     assert (row.bridged.role, row.container_id, row.container_name, row.pod_sandbox_id) == (
         "readiness", container, "http", pod.id)
-    assert row.labels["io.kubernetes.pod.name"] == "bridged" and row.totals.failure == 2
-    assert row.last_attempt.output == f"dial tcp {pod.ip}:{CLOSED_PORT}: connect: connection refused"
-    assert [p.name for p in row.last_attempt.phases] == ["connect"]
+    assert row.labels["io.kubernetes.pod.name"] == "bridged" and row.status.totals.failure == 2
+    assert row.status.last_attempt.output == f"dial tcp {pod.ip}:{CLOSED_PORT}: connect: connection refused"
+    assert [p.name for p in row.status.last_attempt.phases] == ["connect"]
 
     listed = probectl(shim, "ps", "--pod", pod.id)
     assert listed.returncode == 0, listed.stderr
@@ -228,15 +228,15 @@ def test_the_pods_worker_stays_up_between_calls_and_goes_with_the_pod(containerd
         return probes[0] if probes else None
 
     kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
-    first = row().worker
+    first = row().status.worker
     assert first.state == service_pb.WORKER_RUNNING and first.pid
     kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
-    assert row().worker.pid == first.pid, "a worker per call: the bridge must keep the pod's worker"
+    assert row().status.worker.pid == first.pid, "a worker per call: the bridge must keep the pod's worker"
 
     kubelet.stop_pod(pod)  # the proxy stops the worker before containerd tears the pod down
     # The reconcile pass (every 0.5 s here) may already have dropped the rows of the not-ready sandbox.
     after = row()
-    assert after is None or after.worker.state == service_pb.WORKER_NONE
+    assert after is None or after.status.worker.state == service_pb.WORKER_NONE
     answer = kubelet.exec_sync(container, cmd, PROBE_TIMEOUT_S)
     assert answer.exit_code == 3 and answer.stderr.decode().startswith("cri-probe-shim: cannot probe: ")
     kubelet.remove_pod(pod)
@@ -259,12 +259,12 @@ def test_a_shim_restart_keeps_the_bridged_rows_and_the_pods_worker(containerd, m
         (restored,) = second.stub.ProbeStatus(service_pb.ProbeStatusRequest(
             filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
         assert restored.probe_id == before.probe_id and restored.bridged.role == "readiness"
-        assert restored.last_attempt == before.last_attempt and restored.totals == before.totals
+        assert restored.status.last_attempt == before.status.last_attempt and restored.status.totals == before.status.totals
         answer = Kubelet(second.cri, containerd).exec_sync(container, cmd, PROBE_TIMEOUT_S)
         assert answer.exit_code == 0 and answer.stdout.decode() == f"ok {containerd.images.token}\n"
         (after,) = second.stub.ProbeStatus(service_pb.ProbeStatusRequest(
             filter=service_pb.ProbeFilter(pod_sandbox_id=pod.id)), timeout=10).probes
-        assert after.worker.pid == before.worker.pid, "the pod's worker was not adopted"
-        assert after.totals.success == before.totals.success + 1
+        assert after.status.worker.pid == before.status.worker.pid, "the pod's worker was not adopted"
+        assert after.status.totals.success == before.status.totals.success + 1
     finally:
         assert second.stop() == 0

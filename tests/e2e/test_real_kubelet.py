@@ -243,11 +243,11 @@ def test_converted_probes_make_pods_ready_and_the_unconverted_loopback_probe_doe
     after = k.kubelet.probe_counts()
     for key, pod in pods.items():
         assert rows[pod].bridged.role == "readiness"
-        assert count(counts, pod, containers.get(key, "web"), "Readiness", "successful") <= rows[pod].totals.success \
+        assert count(counts, pod, containers.get(key, "web"), "Readiness", "successful") <= rows[pod].status.totals.success \
             <= count(after, pod, containers.get(key, "web"), "Readiness", "successful") + 1, key
-    assert rows[pods["loopback"]].last_attempt.address == f"127.0.0.1:{admin}"
-    assert rows[pods["localhost"]].last_attempt.address == f"127.0.0.1:{admin}"
-    assert rows[pods["pod-ip"]].last_attempt.address == f"{ready[pods['pod-ip']].pod_ip}:{HTTP_PORT}"
+    assert rows[pods["loopback"]].status.last_attempt.address == f"127.0.0.1:{admin}"
+    assert rows[pods["localhost"]].status.last_attempt.address == f"127.0.0.1:{admin}"
+    assert rows[pods["pod-ip"]].status.last_attempt.address == f"{ready[pods['pod-ip']].pod_ip}:{HTTP_PORT}"
 
 
 def test_an_endpoint_made_to_fail_turns_the_pod_not_ready_within_its_thresholds_and_back(k):

@@ -171,7 +171,7 @@ def inet_sockets(pid: int) -> list:
 def test_no_tcp_port_without_metrics(daemon, pod_netns):
     run(daemon, pod_netns, spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=1)),
                                              period_ms=1000))
-    wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING)
+    wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING)
     assert inet_sockets(daemon.proc.pid) == []
 
 
@@ -325,15 +325,15 @@ def test_a_probed_server_cannot_make_the_daemon_keep_or_log_much(oversize_env, m
 
     probe_id = run(daemon, ns, spec(server.port))
     try:
-        probed = wait_for(daemon, lambda p: p.totals.success + p.totals.warning + p.totals.failure >= 3, probe_id)
-        print(f"{mode}: output {len(probed.last_attempt.output)} chars, status {probed.ByteSize()} bytes, "
-              f"phases {probed.last_attempt.ByteSize() - len(probed.last_attempt.output)} bytes")
-        assert len(probed.last_attempt.output) <= MAX_OUTPUT_CHARS
+        probed = wait_for(daemon, lambda p: p.status.totals.success + p.status.totals.warning + p.status.totals.failure >= 3, probe_id)
+        print(f"{mode}: output {len(probed.status.last_attempt.output)} chars, status {probed.ByteSize()} bytes, "
+              f"phases {probed.status.last_attempt.ByteSize() - len(probed.status.last_attempt.output)} bytes")
+        assert len(probed.status.last_attempt.output) <= MAX_OUTPUT_CHARS
         assert probed.ByteSize() <= MAX_PROBE_STATUS_BYTES
         (listed,) = daemon.stub.ProbeStatus(service_pb.ProbeStatusRequest(
             filter=service_pb.ProbeFilter(probe_id=probe_id)), timeout=10).probes
         assert listed.ByteSize() <= MAX_PROBE_STATUS_BYTES
-        assert listed.worker.restarts == 0, listed.worker.last_error
+        assert listed.status.worker.restarts == 0, listed.status.worker.last_error
     finally:
         daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=probe_id), timeout=10)
         server.stop()

@@ -247,8 +247,8 @@ def test_thresholds_of_zero_mean_the_kubernetes_defaults(api_daemon, netns):
         assert run(api_daemon, netns, spec, probe_type=spec_pb.LIVENESS, container="zero-thresholds") == probe_id
         for event in events:
             if event.type == service_pb.ATTEMPT:
-                attempts.append((event.probe.consecutive_failures, event.probe.on_hold))
-                if event.probe.on_hold:  # liveness tripped: no more attempts until re-registered
+                attempts.append((event.probe.status.consecutive_failures, event.probe.status.on_hold))
+                if event.probe.status.on_hold:  # liveness tripped: no more attempts until re-registered
                     break
     finally:
         stream.cancel()
@@ -579,7 +579,7 @@ def test_any_request_gets_ok_or_invalid_argument_and_the_daemon_neither_crashes_
     health = health_pb2_grpc.HealthStub(api_daemon.channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     (left,) = status(api_daemon, pod_sandbox_id=netns.name).probes
-    assert left.probe_id == anchor and left.worker.restarts == 0
+    assert left.probe_id == anchor and left.status.worker.restarts == 0
     # No leak: every probe an OK answer created is gone again, and fds and memory stayed put.
     assert [p.probe_id for p in status(api_daemon).probes] == [anchor]
     assert daemon.num_fds() <= fds + 4

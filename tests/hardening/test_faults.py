@@ -222,7 +222,7 @@ def max_gaps_ms(attempts: list[Seen], probe_ids: set[str], window_ns: tuple[int,
     """Per probe, the longest time between two consecutive attempt starts inside the window."""
     starts: dict[str, list[int]] = {pid: [] for pid in probe_ids}
     for seen in attempts:
-        started = seen.probe.last_attempt.started_at_unix_ns
+        started = seen.probe.status.last_attempt.started_at_unix_ns
         if seen.probe.probe_id in starts and window_ns[0] <= started <= window_ns[1]:
             starts[seen.probe.probe_id].append(started)
     gaps = {}
@@ -252,7 +252,7 @@ def daemon_children(daemon: DaemonProcess) -> list[psutil.Process]:
 
 def zygote_of(daemon: DaemonProcess) -> psutil.Process:
     """The daemon's child running probe_zygote.main that is not a worker (adopted workers carry the zygote's argv too)."""
-    workers = {p.worker.pid for p in status(daemon).probes}
+    workers = {p.status.worker.pid for p in status(daemon).probes}
     (zygote,) = [p for p in daemon_children(daemon)
                  if "probe_zygote" in " ".join(p.cmdline()) and p.pid not in workers]
     return zygote
@@ -283,24 +283,24 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         settled = events.mark()
         for probe_id in probes:
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                        and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, settled)
+                        and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, settled)
         window = (time.time_ns(), time.time_ns() + RATE_WINDOW_S * 1_000_000_000)
         for probe_id in probes:  # a probe's attempts arrive in order: past this one, its window is complete
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                        and e.probe.last_attempt.started_at_unix_ns >= window[1], settled)
-        rate = sum(window[0] <= e.probe.last_attempt.started_at_unix_ns < window[1]
+                        and e.probe.status.last_attempt.started_at_unix_ns >= window[1], settled)
+        rate = sum(window[0] <= e.probe.status.last_attempt.started_at_unix_ns < window[1]
                    for e in events.attempts(settled)) / RATE_WINDOW_S
 
-        old = status(daemon, pod_sandbox_id=namespaces[0].name).probes[0].worker
+        old = status(daemon, pod_sandbox_id=namespaces[0].name).probes[0].status.worker
         # The victim's group: every sandbox its worker serves.
-        victims = {p.pod_sandbox_id for p in status(daemon).probes if p.worker.pid == old.pid}
+        victims = {p.pod_sandbox_id for p in status(daemon).probes if p.status.worker.pid == old.pid}
         assert len(victims) == group_size
         victim_probes = {p for p, sid in probes.items() if sid in victims}
         kill_mark = events.mark()
         killed_at_ns = time.time_ns()
         dead_at = kill_and_wait(old.pid)
         running = max((events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.pod_sandbox_id == victim
-                                   and e.probe.worker.state == RUNNING and e.probe.worker.restarts == 1, kill_mark)
+                                   and e.probe.status.worker.state == RUNNING and e.probe.status.worker.restarts == 1, kill_mark)
                        for victim in victims), key=lambda e: e.at)
         resumed = [events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
                                and e.at > running.at, kill_mark) for probe_id in victim_probes]
@@ -309,16 +309,16 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         others = set(probes) - victim_probes
         for probe_id in others:
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                        and e.probe.last_attempt.started_at_unix_ns > after, kill_mark)
+                        and e.probe.status.last_attempt.started_at_unix_ns > after, kill_mark)
         attempts = events.attempts()
         around = max_gaps_ms(attempts, others, (killed_at_ns - 1_000_000_000, after))
         before = max_gaps_ms(attempts, others, (killed_at_ns - 4_000_000_000, killed_at_ns - 1_000_000_000))
 
         restarted = [p for p in status(daemon).probes if p.pod_sandbox_id in victims]
-        assert {p.worker.restarts for p in restarted} == {1}
-        assert len({p.worker.pid for p in restarted}) == 1 and restarted[0].worker.pid not in (0, old.pid)
-        assert restarted[0].worker.last_error == "exited with signal 9 (SIGKILL)"
-        assert {p.worker.restarts for p in status(daemon).probes if p.pod_sandbox_id not in victims} == {0}
+        assert {p.status.worker.restarts for p in restarted} == {1}
+        assert len({p.status.worker.pid for p in restarted}) == 1 and restarted[0].status.worker.pid not in (0, old.pid)
+        assert restarted[0].status.worker.last_error == "exited with signal 9 (SIGKILL)"
+        assert {p.status.worker.restarts for p in status(daemon).probes if p.pod_sandbox_id not in victims} == {0}
         assert metric(metrics_port, "probe_shim_worker_restarts_total") == 1
         assert metric(metrics_port, "probe_shim_workers") == SANDBOXES // group_size
 
@@ -351,8 +351,8 @@ def test_zygote_killed_its_workers_come_back_through_a_new_one_and_probing_resum
         probes = {run(daemon, ns, loopback_spec(server.port)): ns.name for ns in namespaces[:3]}
         for probe_id in probes:
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                        and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS)
-        workers = {p.pod_sandbox_id: p.worker.pid for p in status(daemon).probes}
+                        and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS)
+        workers = {p.pod_sandbox_id: p.status.worker.pid for p in status(daemon).probes}
         assert len(set(workers.values())) == (1 if mode == "pooled" else 3)
         zygote = zygote_of(daemon)
         mark = events.mark()
@@ -360,17 +360,17 @@ def test_zygote_killed_its_workers_come_back_through_a_new_one_and_probing_resum
 
         # The zygote was the workers' netns broker: they end with it and are started again by a new zygote.
         running = [events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.pod_sandbox_id == sandbox
-                               and e.probe.worker.state == RUNNING and e.probe.worker.restarts == 1, mark)
+                               and e.probe.status.worker.state == RUNNING and e.probe.status.worker.restarts == 1, mark)
                    for sandbox in workers]
         resumed = [events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
                                and e.at > max(r.at for r in running)
-                               and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
+                               and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
                    for probe_id in probes]
         new_zygote = zygote_of(daemon)
         assert new_zygote.pid != zygote.pid
         after = status(daemon).probes
-        assert {p.worker.last_error for p in after} == {"exited with code 3"}  # probe_worker.main.EXIT_BROKER_GONE
-        assert {psutil.Process(p.worker.pid).ppid() for p in after} == {new_zygote.pid}
+        assert {p.status.worker.last_error for p in after} == {"exited with code 3"}  # probe_worker.main.EXIT_BROKER_GONE
+        assert {psutil.Process(p.status.worker.pid).ppid() for p in after} == {new_zygote.pid}
         assert [pid for pid in workers.values() if psutil.pid_exists(pid)] == []  # reaped, no zombie left
 
         # The next new sandbox gets a worker from the new zygote.
@@ -378,8 +378,8 @@ def test_zygote_killed_its_workers_come_back_through_a_new_one_and_probing_resum
         new_probe = run(daemon, namespaces[3], loopback_spec(server.port))
         answered = time.monotonic()
         first = events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == new_probe
-                            and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
-        assert psutil.Process(first.probe.worker.pid).ppid() == new_zygote.pid
+                            and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
+        assert psutil.Process(first.probe.status.worker.pid).ppid() == new_zygote.pid
         report(f"zygote-kill ({mode})", workers=len(set(workers.values())),
                probing_again_after_s=f"{max(e.at for e in resumed) - dead_at:.3f}",
                new_sandbox_run_probe_s=f"{answered - asked:.3f}", new_sandbox_first_attempt_s=f"{first.at - asked:.3f}")
@@ -547,7 +547,7 @@ def probing_daemon(tmp_path, ns: PodNetns, port: int):
     try:
         probe_id = run(daemon, ns, loopback_spec(port))
         yield daemon, events, events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                                          and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS)
+                                          and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS)
     finally:
         events.close()
         daemon.stop()
@@ -558,20 +558,20 @@ def test_netns_deleted_under_a_running_worker_stops_it_and_says_why(tmp_path, ma
     server = listen(ns, host="127.0.0.1")  # it keeps the namespace alive after its name is deleted
     with probing_daemon(tmp_path, ns, server.port) as (daemon, events, probed):
         probe_id = probed.probe.probe_id
-        worker = Pidfd(probed.probe.worker.pid)
+        worker = Pidfd(probed.probe.status.worker.pid)
         mark = events.mark()
         deleted_at = time.monotonic()
         subprocess.run(["ip", "netns", "del", ns.name], check=True)
         why = events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.probe_id == probe_id
-                          and e.probe.worker.last_error.startswith("sandbox gone"), mark)
+                          and e.probe.status.worker.last_error.startswith("sandbox gone"), mark)
         removed = events.wait(lambda e: e.type == service_pb.REMOVED and e.probe.probe_id == probe_id, mark)
         stopped_at = worker.wait()
         in_between = [e for e in events.attempts(mark) if e.probe.probe_id == probe_id and e.at < why.at]
         report("netns-deleted", reconcile_interval_s=0.5, removed_after_s=f"{removed.at - deleted_at:.3f}",
                worker_gone_after_s=f"{stopped_at - deleted_at:.3f}", attempts_in_deleted_netns=len(in_between),
-               reason=repr(why.probe.worker.last_error))
-        assert why.probe.worker.last_error == f"sandbox gone: no network namespace at {ns.path} any more"
-        assert why.probe.worker.state == NONE
+               reason=repr(why.probe.status.worker.last_error))
+        assert why.probe.status.worker.last_error == f"sandbox gone: no network namespace at {ns.path} any more"
+        assert why.probe.status.worker.state == NONE
         assert status(daemon).probes == []
         assert daemon.proc.poll() is None
 
@@ -581,23 +581,23 @@ def test_netns_replaced_under_the_same_name_is_a_new_sandbox(tmp_path, make_netn
     server = listen(ns, host="127.0.0.1")
     with probing_daemon(tmp_path, ns, server.port) as (daemon, events, probed):
         probe_id = probed.probe.probe_id
-        old_inode = probed.probe.worker.netns_inode
+        old_inode = probed.probe.status.worker.netns_inode
         mark = events.mark()
         # Faster than a reconcile pass: the worker would otherwise probe the old namespace for ever.
         subprocess.run(["ip", "netns", "del", ns.name], check=True)
         subprocess.run(["ip", "netns", "add", ns.name], check=True)
         new_inode = os.stat(ns.path).st_ino
         why = events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.probe_id == probe_id
-                          and e.probe.worker.last_error.startswith("sandbox gone"), mark)
+                          and e.probe.status.worker.last_error.startswith("sandbox gone"), mark)
         events.wait(lambda e: e.type == service_pb.REMOVED and e.probe.probe_id == probe_id, mark)
-        assert why.probe.worker.last_error == (f"sandbox gone: the network namespace at {ns.path} was replaced "
+        assert why.probe.status.worker.last_error == (f"sandbox gone: the network namespace at {ns.path} was replaced "
                                                f"(inode {old_inode}, now {new_inode})")
         # Registered again (same id: same sandbox, container and type), it runs in the new namespace.
         removed = events.mark()
         assert run(daemon, ns, loopback_spec(server.port)) == probe_id
         moved = events.wait(lambda e: e.type == service_pb.UPDATED and e.probe.probe_id == probe_id
-                            and e.probe.worker.state == RUNNING, removed)
-        assert moved.probe.worker.netns_inode == new_inode
+                            and e.probe.status.worker.state == RUNNING, removed)
+        assert moved.probe.status.worker.netns_inode == new_inode
 
 
 # --- the state dir full, or read-only ------------------------------------------------------------------------
@@ -656,7 +656,7 @@ def test_full_state_dir_answers_unavailable_stores_nothing_and_recovers(tmp_path
         (only,) = status(daemon).probes
         assert (only.probe_id, only.spec.period_ms) == (first, PERIOD_MS)
         assert daemon.proc.poll() is None  # no crash, it goes on serving
-        assert status(daemon).probes[0].worker.state == RUNNING
+        assert status(daemon).probes[0].status.worker.state == RUNNING
 
         os.unlink(small_tmpfs / "filler")
         second = run(daemon, ns, loopback_spec(server.port), container="b")  # recovered without a restart
@@ -769,9 +769,9 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
 
         probe_id = register("app")
         probed = events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                             and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS)
-        assert probed.probe.last_attempt.address == f"{pod.ip}:{port}"
-        worker_pid, shim_pid = probed.probe.worker.pid, shim.proc.pid
+                             and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS)
+        assert probed.probe.status.last_attempt.address == f"{pod.ip}:{port}"
+        worker_pid, shim_pid = probed.probe.status.worker.pid, shim.proc.pid
 
         # containerd down.
         mark = events.mark()
@@ -788,8 +788,8 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
         # Probing goes on, and four reconcile passes later nothing was dropped.
         down_for = down_at_ns + int(4 * RECONCILE_S * 1e9)
         events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                    and e.probe.last_attempt.started_at_unix_ns > down_for
-                    and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
+                    and e.probe.status.last_attempt.started_at_unix_ns > down_for
+                    and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
         during = [p.probe_id for p in status(shim).probes]
         skipped = shim.logs().count("reconcile skipped")
 
@@ -808,11 +808,11 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
         second = register("other")
         back_at_ns = time.time_ns()
         events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == second
-                    and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
+                    and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS, mark)
         # Two reconcile passes with containerd back drop nothing either.
         settled = back_at_ns + int(2 * RECONCILE_S * 1e9)
         events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
-                    and e.probe.last_attempt.started_at_unix_ns > settled, mark)
+                    and e.probe.status.last_attempt.started_at_unix_ns > settled, mark)
         after = status(shim).probes
         gaps = max_gaps_ms(events.attempts(mark), {probe_id}, (down_at_ns, settled))
 
@@ -820,13 +820,13 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
                cri_failed_in_s=f"{failed_in_s:.3f}", run_probe_while_down=run_error.value.code().name,
                exec_probe_while_down=exec_error.value.code().name, reconcile_passes_skipped=skipped,
                probe_max_gap_ms=f"{max(gaps.values()):.0f}", cri_back_after_s=f"{recovered_s:.2f}",
-               shim_restarted=shim.proc.pid != shim_pid, worker_restarted=after[0].worker.pid != worker_pid)
+               shim_restarted=shim.proc.pid != shim_pid, worker_restarted=after[0].status.worker.pid != worker_pid)
         for error in (version_error, list_error, run_error.value, exec_error.value):
             assert error.code() == grpc.StatusCode.UNAVAILABLE, (error.code(), error.details())
         assert during == [probe_id] and skipped >= 1
         assert listed.get(pod.id) == cri_pb.SANDBOX_READY
         assert sorted(p.probe_id for p in after) == sorted([probe_id, second])
-        assert {(p.worker.pid, p.worker.restarts) for p in after} == {(worker_pid, 0)}
+        assert {(p.status.worker.pid, p.status.worker.restarts) for p in after} == {(worker_pid, 0)}
         assert shim.proc.poll() is None and shim.proc.pid == shim_pid
         assert not [e for e in events.events[mark:] if e.type == service_pb.REMOVED]
         assert max(gaps.values()) <= PERIOD_MS + GAP_MARGIN_MS
@@ -840,12 +840,12 @@ def test_containerd_restarted_under_the_shim_unavailable_then_back_without_resta
         events = EventLog(shim.stub)
         waiting = status(shim).probes
         assert sorted(p.probe_id for p in waiting) == sorted([probe_id, second])
-        assert {p.worker.state for p in waiting} == {NONE}
-        assert all(p.worker.last_error.startswith("waiting for the runtime: PodSandboxStatus") for p in waiting)
+        assert {p.status.worker.state for p in waiting} == {NONE}
+        assert all(p.status.worker.last_error.startswith("waiting for the runtime: PodSandboxStatus") for p in waiting)
         back_at = time.monotonic()
         containerd.start_containerd()
         resumed = [events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == p
-                               and e.probe.last_attempt.result == spec_pb.RESULT_SUCCESS) for p in (probe_id, second)]
+                               and e.probe.status.last_attempt.result == spec_pb.RESULT_SUCCESS) for p in (probe_id, second)]
         report("containerd-down-at-shim-start", probes_restored=len(waiting),
                probing_again_after_containerd_started_s=f"{max(e.at for e in resumed) - back_at:.2f}")
     finally:

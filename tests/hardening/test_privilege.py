@@ -46,8 +46,8 @@ def proc_limits(pid: int) -> dict[str, tuple[str, str]]:
 def running_worker(daemon, ns) -> int:
     server = listen(ns)
     probe_id = run(daemon, ns, tcp_spec(server.port))
-    probe = wait_for(daemon, lambda p: p.worker.state == service_pb.WORKER_RUNNING and p.worker.pid > 0, probe_id)
-    return probe.worker.pid
+    probe = wait_for(daemon, lambda p: p.status.worker.state == service_pb.WORKER_RUNNING and p.status.worker.pid > 0, probe_id)
+    return probe.status.worker.pid
 
 
 def interfaces_of(pid: int) -> dict[str, str]:
