@@ -10,5 +10,5 @@ worker (tests/test_worker_imports.py) and free of the daemon (tests/test_import_
 - `pod_loopback`: which `host` values are the pod's own loopback inside its netns (allowed without the host gate);
 - `endpoints`: kubelet/crictl style endpoints as gRPC targets;
 - `grpc_codes`: grpc-go's status codes as Go prints them;
-- `gostrings`: Go's quoting, durations and error texts, for outputs that read like the kubelet's.
+- `gostrings`: Go's quoting, durations and host:port pairs, for outputs that read like the kubelet's.
 """

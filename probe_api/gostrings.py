@@ -1,14 +1,14 @@
-"""Text exactly as the kubelet (a Go program) prints it, so probe outputs match.
+"""Go's formatting of values, so that texts read like the kubelet's (a Go program). Pure, no I/O.
 
-Pure functions: no I/O. The kubelet's outputs embed Go's formatting of durations,
-host:port pairs, errno names and dial errors; operators grep for these strings.
+The kubelet's outputs and the API server's field errors embed Go's formatting of durations
+(time.Duration.String), host:port pairs (net.JoinHostPort) and quoted strings (strconv.Quote);
+the daemon, probectl and the worker share these. Go's error texts (net, net/http, crypto/tls),
+which only a worker meets, are probe_worker/go_errors.py's.
 """
 
 from __future__ import annotations
 
-import errno
 import ipaddress
-import os
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -44,23 +44,6 @@ def _fraction(value: int, unit: int) -> str:
         return str(whole)
     digits = len(str(unit)) - 1
     return f"{whole}.{frac:0{digits}d}".rstrip("0")
-
-
-def errno_text(code: int) -> str:
-    """Go's syscall.Errno strings are libc's, lower-cased at the start."""
-    if code == errno.ETIMEDOUT:
-        return "connection timed out"
-    text = os.strerror(code)
-    return text[:1].lower() + text[1:]
-
-
-def dial_error(address: str, exc: BaseException | None, timed_out: bool = False) -> str:
-    """The error text of net.Dial: `dial tcp 10.0.0.1:80: connect: connection refused`."""
-    if timed_out:
-        return f"dial tcp {address}: i/o timeout"
-    if isinstance(exc, OSError) and exc.errno:
-        return f"dial tcp {address}: connect: {errno_text(exc.errno)}"
-    return f"dial tcp {address}: {exc}"
 
 
 def is_ip_literal(host: str) -> bool:

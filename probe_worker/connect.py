@@ -16,7 +16,8 @@ import select
 import socket
 
 from probe_worker.attempt import AttemptContext, Endpoint
-from probe_api.gostrings import dial_error, join_host_port
+from probe_api.gostrings import join_host_port
+from probe_worker.go_errors import dial_error, lookup_error
 from probe_worker.socket_source import OpenSocket, new_local_socket
 
 
@@ -74,7 +75,7 @@ async def _resolve(endpoint: Endpoint, ctx: AttemptContext) -> list[str]:
                                        type=socket.SOCK_STREAM)
         except OSError as exc:
             phase.error = str(exc)
-            raise ConnectError(f"dial tcp: lookup {endpoint.host}: {exc.strerror or exc}") from None
+            raise ConnectError(lookup_error(endpoint.host, str(exc.strerror or exc))) from None
     addresses: list[str] = []
     for _family, _type, _proto, _name, sockaddr in infos:
         if sockaddr[0] not in addresses:

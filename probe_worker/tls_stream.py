@@ -2,7 +2,7 @@
 
 TLS runs through ssl.MemoryBIO over the raw socket, so there is no transport to wind down: closing is the socket's
 RST close (SO_LINGER {1, 0}), immediate whatever the peer does. Every failure is a StreamError whose text is Go's
-(probe_worker.probes.http.rules words them); the TLS contexts are the kubelet's client settings.
+(probe_worker.go_errors words them); the TLS contexts are the kubelet's client settings.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import socket
 import ssl
 
 from probe_api.gostrings import join_host_port
-from probe_worker.probes.http import rules
 from probe_worker.connect import close_quietly
+from probe_worker.go_errors import first_record_error, net_op_error, tls_error_text
 
 RECV_SIZE = 64 * 1024
 
@@ -84,12 +84,12 @@ class Stream:
             except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 raise StreamError("EOF") from None
             except ssl.SSLError as exc:
-                raise StreamError(rules.tls_error_text(exc.reason or "")) from None
+                raise StreamError(tls_error_text(exc.reason or "")) from None
             await self._flush()
             data = await self._recv_raw()
             if len(header) < 5:
                 header += data[:5 - len(header)]
-                problem = rules.first_record_error(header, eof=not data)
+                problem = first_record_error(header, eof=not data)
                 if problem:
                     raise StreamError(problem)
             if data:
@@ -124,7 +124,7 @@ class Stream:
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
             except ssl.SSLError as exc:
-                text = rules.tls_error_text(exc.reason or "")
+                text = tls_error_text(exc.reason or "")
                 if text == "EOF":
                     return b""
                 raise StreamError(text) from None
@@ -144,13 +144,13 @@ class Stream:
         try:
             await self.loop.sock_sendall(self.sock, data)
         except OSError as exc:
-            raise StreamError(rules.net_op_error("write", self.local, self.remote, exc)) from None
+            raise StreamError(net_op_error("write", self.local, self.remote, exc)) from None
 
     async def _recv_raw(self, limit: int = RECV_SIZE) -> bytes:
         try:
             return await self.loop.sock_recv(self.sock, limit)
         except OSError as exc:
-            raise StreamError(rules.net_op_error("read", self.local, self.remote, exc)) from None
+            raise StreamError(net_op_error("read", self.local, self.remote, exc)) from None
 
     def send_nowait(self, data: bytes) -> None:
         """Best effort, never waits: what the socket takes now of `data` (a goodbye before the close)."""

@@ -1,8 +1,8 @@
-import errno
+"""Go's formatting of values (probe_api.gostrings)."""
 
 import pytest
 
-from probe_api.gostrings import dial_error, errno_text, go_duration, is_ip_literal, join_host_port
+from probe_api.gostrings import go_duration, go_quote, is_ip_literal, join_host_port
 
 
 @pytest.mark.parametrize(
@@ -32,19 +32,22 @@ def test_join_host_port_brackets_ipv6_only():
     assert join_host_port("pod.example", 8080) == "pod.example:8080"
 
 
-def test_errno_text_is_go_syscall_spelling():
-    assert errno_text(errno.ECONNREFUSED) == "connection refused"
-    assert errno_text(errno.EHOSTUNREACH) == "no route to host"
-    assert errno_text(errno.ENETUNREACH) == "network is unreachable"
-    assert errno_text(errno.ETIMEDOUT) == "connection timed out"
-
-
-def test_dial_error_texts():
-    refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-    assert dial_error("10.0.0.1:8080", refused) == "dial tcp 10.0.0.1:8080: connect: connection refused"
-    assert dial_error("[fd00::1]:80", None, timed_out=True) == "dial tcp [fd00::1]:80: i/o timeout"
-
-
 def test_is_ip_literal():
     assert is_ip_literal("10.1.2.3") and is_ip_literal("::1")
     assert not is_ip_literal("localhost") and not is_ip_literal("10.1.2")
+
+
+@pytest.mark.parametrize(
+    ("data", "quoted"),
+    [
+        (b"NOT_SERVING", '"NOT_SERVING"'),
+        (b'a"b\\c', r'"a\"b\\c"'),
+        (b"tab\there\n", r'"tab\there\n"'),
+        (b"\x01\x7f", r'"\x01\x7f"'),
+        (b"\xff", r'"\xff"'),
+        ("caf\u00e9".encode(), '"caf\u00e9"'),
+        ("\u200b".encode(), r'"\u200b"'),
+    ],
+)
+def test_go_quote_matches_strconv_quote(data, quoted):
+    assert go_quote(data) == quoted

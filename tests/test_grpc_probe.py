@@ -29,7 +29,7 @@ import pytest
 from cri_proto import grpc_health_pb2 as health_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.grpc_codes import attempt_grpc_status
-from probe_worker.probes.grpc import rules
+from probe_worker.probes.grpc import rules, unary_call
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
 from probe_worker.probes.grpc import executor as grpc_probe
 from tests.servers.http_server import make_self_signed
@@ -265,7 +265,7 @@ NO_LATE_IMPORTS = r"""
 import asyncio, socket, sys
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import AttemptContext, Endpoint
-from probe_worker.probes.grpc import rules
+from probe_worker.probes.grpc import rules, unary_call
 from probe_worker.probes import tcp as tcp_probe
 from probe_worker.probes.grpc import executor as grpc_probe
 
@@ -288,11 +288,11 @@ async def main(port):
     print(await attempt(tcp_probe.probe, port))
     print(await attempt(tcp_probe.probe, blocker.getsockname()[1]))
     # Error paths of the pure rules: odd bytes, undecodable messages, non-gRPC answers.
-    call = rules.UnaryCall()
+    call = unary_call.UnaryCall()
     call.on_headers([(b":status", b"404"), (b"content-type", b"text/\xff")], False)
     print(rules.check_outcome(call.result, 10**9).output)
     print(rules.check_outcome(b"\xff\xff", 10**9).output)
-    print(rules.decode_grpc_message(b"%ff%zz"))
+    print(unary_call.decode_grpc_message(b"%ff%zz"))
 
 asyncio.run(main(int(sys.argv[1])))
 """
@@ -496,7 +496,7 @@ def test_oversized_message_is_rejected_without_buffering_it():
     outcome, elapsed, _, _ = scripted(respond, timeout=5.0)
     assert outcome.output == (
         "error: health rpc probe failed: rpc error: code = ResourceExhausted desc = "
-        f"grpc: received message larger than max ({0x7fffffff} vs. {rules.MAX_MESSAGE_BYTES})"
+        f"grpc: received message larger than max ({0x7fffffff} vs. {unary_call.MAX_MESSAGE_BYTES})"
     )
     assert elapsed < 4.0  # decided from the length prefix, without waiting for the rest
 

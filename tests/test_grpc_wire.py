@@ -17,7 +17,7 @@ from h2.frame_buffer import FrameBuffer
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_api import grpc_codes as codes
-from probe_worker.probes.grpc import rules
+from probe_worker.probes.grpc import rules, unary_call
 from probe_worker.probes.grpc import wire
 
 AUTHORITY, UA, SECOND = "198.18.0.2:9090", "kube-probe/1.32", 1_000_000_000
@@ -172,7 +172,7 @@ def test_a_trailers_only_answer_is_its_status():
     client, server = ready_client()
     answer(server, lambda conn: conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc"),
                                                       ("grpc-status", "5"), ("grpc-message", "no")], end_stream=True))
-    assert client.call.result == rules.RpcError(codes.NOT_FOUND, "no")
+    assert client.call.result == unary_call.RpcError(codes.NOT_FOUND, "no")
 
 
 def test_the_first_frame_must_be_settings_in_go_words():
@@ -197,7 +197,7 @@ def test_informational_headers_are_skipped():
     client.receive(raw(headers_frame([(":status", "100")]),
                        headers_frame([(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0")],
                                      end_stream=True)), SECOND)
-    assert client.call.result == rules.BARE_EOF
+    assert client.call.result == unary_call.BARE_EOF
 
 
 def test_header_blocks_of_other_streams_are_still_decoded():
@@ -207,7 +207,7 @@ def test_header_blocks_of_other_streams_are_still_decoded():
     fields = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0")]
     client.receive(raw(headers_frame(fields, stream_id=3, encoder=encoder),
                        headers_frame(fields, stream_id=1, end_stream=True, encoder=encoder)), SECOND)
-    assert client.call.result == rules.BARE_EOF
+    assert client.call.result == unary_call.BARE_EOF
 
 
 def test_frames_for_other_streams_are_ignored():
@@ -226,7 +226,7 @@ def test_rst_stream_is_the_call_error(remaining_ns, code):
 def test_goaway_ends_the_call_as_draining():
     client, _ = ready_client()
     client.receive(raw(frames.GoAwayFrame(0, last_stream_id=0)), SECOND)
-    assert client.call.result == rules.connection_error("the connection is draining")
+    assert client.call.result == unary_call.connection_error("the connection is draining")
 
 
 @pytest.mark.parametrize(("data", "message"), [

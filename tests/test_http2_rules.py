@@ -14,7 +14,9 @@ import hyperframe.frame as frames
 import pytest
 
 from probe_worker.probes.http import h2_rules as rules
-from probe_worker.probes.http import rules as http_rules
+from probe_worker.probes.http import request as http_request
+from probe_worker.probes.http.headers import Header
+from probe_worker.probes.http.url import parse
 from probe_worker.probes.http.h2_exchange import OPENING, H2Exchange, request_frames
 from probe_worker.tls_stream import Stream, StreamError
 
@@ -22,11 +24,11 @@ UA = "kube-probe/1.37"
 
 
 def request(path="/healthz", headers=(), scheme="http", host="10.0.0.1", port=8080):
-    return http_rules.new_probe_request(scheme, host, port, path, headers, UA)
+    return http_request.new_probe_request(scheme, host, port, path, headers, UA)
 
 
 def fields(**kw):
-    return rules.request_fields(request(**kw), http_rules.PROBE_TRANSPORT)
+    return rules.request_fields(request(**kw), http_request.PROBE_TRANSPORT)
 
 
 # --- the request --------------------------------------------------------------------------------------------
@@ -53,12 +55,12 @@ def test_user_agent_first_value_only_and_none_when_emptied():
 
 
 def test_userinfo_becomes_basic_authorization():
-    got = rules.request_fields(http_rules.new_probe_request("http", "10.0.0.1", 80, "/", (), UA),
-                               http_rules.PROBE_TRANSPORT)
+    got = rules.request_fields(http_request.new_probe_request("http", "10.0.0.1", 80, "/", (), UA),
+                               http_request.PROBE_TRANSPORT)
     assert got[0] == (":authority", "10.0.0.1:80")
-    with_user = http_rules.ProbeRequest(url=http_rules.parse("http://u:p@10.0.0.1/"), host="",
-                                        header=http_rules.Header({"User-Agent": [UA]}))
-    assert ("authorization", "Basic dTpw") in rules.request_fields(with_user, http_rules.PROBE_TRANSPORT)
+    with_user = http_request.ProbeRequest(url=parse("http://u:p@10.0.0.1/"), host="",
+                                        header=Header({"User-Agent": [UA]}))
+    assert ("authorization", "Basic dTpw") in rules.request_fields(with_user, http_request.PROBE_TRANSPORT)
 
 
 @pytest.mark.parametrize("name, values, error", [

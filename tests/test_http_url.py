@@ -3,7 +3,8 @@
 import pytest
 
 from probe_api.gostrings import go_quote
-from probe_worker.probes.http.url import PATH, GoURL, URLError, Userinfo, escape, parse, split_host_port, unescape
+from probe_worker.probes.http.url import GoURL, URLError, Userinfo, parse, split_host_port
+from probe_worker.probes.http.url_escape import PATH, escape, unescape
 
 
 @pytest.mark.parametrize(

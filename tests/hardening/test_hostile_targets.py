@@ -29,8 +29,10 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker import go_errors
 from probe_worker.probes.grpc import rules as grpc_rules
-from probe_worker.probes.http import rules as http_rules
+from probe_worker.probes.grpc import unary_call
+from probe_worker.probes.http import response as http_response
 from tests.daemon_env import DaemonProcess, run, status
 from tests.netns_env import PodNetns
 
@@ -47,9 +49,9 @@ MEMORY_BOUND_KIB = 768
 
 SUCCESS, WARNING = spec_pb.RESULT_SUCCESS, spec_pb.RESULT_WARNING
 FAILURE, UNKNOWN = spec_pb.RESULT_FAILURE, spec_pb.RESULT_UNKNOWN
-AWAITING_HEADERS = http_rules.TIMEOUT_AWAITING_HEADERS
+AWAITING_HEADERS = go_errors.TIMEOUT_AWAITING_HEADERS
 BROKEN = "net/http: HTTP/1.x transport connection broken: "
-HEAD_CAP = f"{BROKEN}net/http: server response headers exceeded {http_rules.MAX_HEAD_BYTES} bytes; aborted"
+HEAD_CAP = f"{BROKEN}net/http: server response headers exceeded {http_response.MAX_HEAD_BYTES} bytes; aborted"
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def no_redirect_followed(attempt: spec_pb.Attempt) -> None:
 
 
 def ten_requests(attempt: spec_pb.Attempt) -> None:
-    assert [p.name for p in attempt.phases].count("redirect") == http_rules.MAX_REDIRECT_REQUESTS - 1
+    assert [p.name for p in attempt.phases].count("redirect") == http_response.MAX_REDIRECT_REQUESTS - 1
 
 
 def three_tries(attempt: spec_pb.Attempt) -> None:
@@ -124,10 +126,10 @@ SCENARIOS = [
              lambda t: grpc_rules.dial_timeout_output(f"{t.ip}:{t.port}", TIMEOUT_MS * 1_000_000)),
     http_case("slowloris: one byte per second", "slowloris", FAILURE, lambda t: f'Get "{t.url}": {AWAITING_HEADERS}'),
     http_case("slowloris in the body", "slowloris-body", UNKNOWN,
-              lambda t: http_rules.TIMEOUT_READING_BODY, http_status_code=200,
+              lambda t: go_errors.TIMEOUT_READING_BODY, http_status_code=200,
               check=three_tries, tries=3),
     # The kubelet reads at most 10 KiB of a body and ignores the rest: a 200 is a success.
-    http_case("endless body (200)", "endless-body", SUCCESS, lambda t: "x" * http_rules.MAX_BODY_BYTES,
+    http_case("endless body (200)", "endless-body", SUCCESS, lambda t: "x" * http_response.MAX_BODY_BYTES,
               http_status_code=200),
     http_case("endless chunked body (500)", "endless-chunked", FAILURE,
               lambda t: "HTTP probe failed with statuscode: 500", server_args=("--status", "500"),
@@ -158,7 +160,7 @@ SCENARIOS = [
               check=no_redirect_followed),
     grpc_case("gRPC 100 MiB message", "huge-message",
               rpc_failed("ResourceExhausted", f"grpc: received message larger than max ({100 << 20} vs. "
-                                              f"{grpc_rules.MAX_MESSAGE_BYTES})")),
+                                              f"{unary_call.MAX_MESSAGE_BYTES})")),
     grpc_case("gRPC never sends trailers", "no-trailers", "timeout: health rpc did not complete within 1s"),
     grpc_case("gRPC GOAWAY", "goaway", rpc_failed("Unavailable", "the connection is draining")),
 ]
@@ -269,7 +271,7 @@ def collect_attempts(daemon, healthy: set[str], count: int) -> dict[str, list[sp
     try:
         for event in stream:
             if event.type == service_pb.ATTEMPT:
-                attempts.setdefault(event.probe.probe_id, []).append(event.probe.last_attempt)
+                attempts.setdefault(event.probe.probe_id, []).append(event.probe.status.last_attempt)
                 if all(len(attempts.get(p, ())) >= count for p in healthy):
                     return attempts
     finally:
@@ -302,7 +304,7 @@ def test_hostile_targets_do_not_delay_other_containers_or_sandboxes(daemon, pod_
             "hostile_http.py", "--mode", "healthy").port), container="healthy")
 
         attempts = collect_attempts(daemon, {same_sandbox, other_sandbox}, HEALTHY_ATTEMPTS)
-        workers = {p.probe_id: p.worker.pid for p in status(daemon).probes}
+        workers = {p.probe_id: p.status.worker.pid for p in status(daemon).probes}
         assert (workers[same_sandbox] == workers[other_sandbox]) == (daemon.isolation == "pooled")
     finally:
         other.destroy()

@@ -5,11 +5,11 @@ connection backoff, until a connection is ready or the probe deadline passes;
 "ready" means TCP is up and the server's HTTP/2 SETTINGS arrived. Then one
 unary /grpc.health.v1.Health/Check on the same deadline. This module is the
 I/O around that: sockets from probe_worker.connect, the HTTP/2 bytes from
-probe_worker.probes.grpc.wire, and every decision (statuses, texts, backoff)
-delegated to probe_worker.probes.grpc.rules. A connection costs three writes: our
-preface and SETTINGS; the SETTINGS ack with the whole request; the GOAWAY
-(with any ack still owed). grpcio is never imported here: it would cost each
-worker threads and memory.
+probes/grpc/wire.py, and every decision delegated: the call's result to
+probes/grpc/unary_call.py, the request, backoff and outputs to probes/grpc/rules.py.
+A connection costs three writes: our preface and SETTINGS; the SETTINGS ack with
+the whole request; the GOAWAY (with any ack still owed). grpcio is never imported
+here: it would cost each worker threads and memory.
 
 Phases: one "connect" per TCP attempt (recorded by connect()), a "handshake"
 per established connection (HTTP/2 preface out, server SETTINGS in), a
@@ -26,12 +26,12 @@ import socket
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import grpc_codes as codes
-from probe_worker.probes.grpc import rules
-from probe_worker.probes.grpc import wire
+from probe_api.gostrings import go_duration, join_host_port
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
+from probe_worker.go_errors import net_op_error
+from probe_worker.probes.grpc import rules, unary_call, wire
 from probe_worker.tls_stream import GRPC_TLS, Stream, StreamError
-from probe_api.gostrings import errno_text, go_duration, join_host_port
 
 _READ_CHUNK = 16 * 1024
 # Jitter for the connection backoff; module level so tests can seed it.
@@ -49,7 +49,7 @@ def _request(authority: str, kube_agent: str, service: str, tls: bool) -> wire.R
 class _Broken(Exception):
     """The connection attempt failed before the server was ready; `error` is what grpc-go would report."""
 
-    def __init__(self, error: rules.RpcError) -> None:
+    def __init__(self, error: unary_call.RpcError) -> None:
         super().__init__(error.message)
         self.error = error
 
@@ -72,7 +72,7 @@ class _Transport:
         self.conn = wire.Connection(request)
 
     @property
-    def call(self) -> rules.UnaryCall:
+    def call(self) -> unary_call.UnaryCall:
         return self.conn.call
 
     async def send(self, data: bytes) -> None:
@@ -80,13 +80,12 @@ class _Transport:
             try:
                 await self.tls.send(data)
             except StreamError as exc:
-                self._fail(rules.connection_error(str(exc)))
+                self._fail(unary_call.connection_error(str(exc)))
             return
         try:
             await asyncio.get_running_loop().sock_sendall(self.sock, data)
         except OSError as exc:
-            reason = errno_text(exc.errno) if exc.errno else str(exc)
-            self._fail(rules.connection_error(f"write tcp {self.local}->{self.address}: write: {reason}"))
+            self._fail(unary_call.connection_error(net_op_error("write", self.local, self.address, exc)))
 
     async def flush(self) -> None:
         data = self.conn.data_to_send()
@@ -98,7 +97,7 @@ class _Transport:
         loop = asyncio.get_running_loop()
         budget = rules.MAX_READ_BYTES - self.received
         if budget <= 0:
-            return self._fail(rules.RpcError(
+            return self._fail(unary_call.RpcError(
                 codes.RESOURCE_EXHAUSTED, f"probe read limit: the server sent more than {rules.MAX_READ_BYTES} bytes"
             ))
         try:
@@ -107,19 +106,19 @@ class _Transport:
             else:
                 chunk = await loop.sock_recv(self.sock, min(_READ_CHUNK, budget))
         except StreamError as exc:
-            return self._fail(rules.connection_error(str(exc)))
+            return self._fail(unary_call.connection_error(str(exc)))
         except OSError as exc:
-            reason = errno_text(exc.errno) if exc.errno else str(exc)
-            return self._fail(rules.connection_error(rules.read_error_desc(self.local, self.address, reason)))
+            read_error = net_op_error("read", self.local, self.address, exc)
+            return self._fail(unary_call.connection_error(f"error reading from server: {read_error}"))
         if not chunk:
-            return self._fail(rules.connection_error("error reading from server: EOF"))
+            return self._fail(unary_call.connection_error("error reading from server: EOF"))
         self.received += len(chunk)
         try:
             self.conn.receive(chunk, remaining_ns=int((deadline - loop.time()) * 1e9))
         except wire.ConnectionFailed as exc:
             self._fail(exc.error)
 
-    def _fail(self, error: rules.RpcError) -> None:
+    def _fail(self, error: unary_call.RpcError) -> None:
         """Before the server is ready the connection attempt failed; afterwards the call did."""
         if not self.conn.ready:
             raise _Broken(error)
@@ -156,7 +155,7 @@ async def probe(spec: spec_pb.ProbeSpec, endpoint: Endpoint, ctx: AttemptContext
             result = await _check(transport, ctx)
             outcome = rules.check_outcome(result, ctx.timeout_ns)
             phase.detail = outcome.grpc_status
-            if isinstance(result, rules.RpcError):
+            if isinstance(result, unary_call.RpcError):
                 phase.error = result.text()
     finally:
         transport.close()
@@ -241,7 +240,7 @@ async def _handshake(sock: socket.socket, address: str, ctx: AttemptContext) -> 
     return stream
 
 
-async def _check(transport: _Transport, ctx: AttemptContext) -> bytes | rules.RpcError:
+async def _check(transport: _Transport, ctx: AttemptContext) -> bytes | unary_call.RpcError:
     """The unary Health/Check on a ready connection (its HEADERS are queued), bounded by the probe deadline.
 
     Whatever the connection owes the server goes out before each wait: the server
@@ -256,6 +255,6 @@ async def _check(transport: _Transport, ctx: AttemptContext) -> bytes | rules.Rp
                     await transport.receive(ctx.deadline)
             return call.result  # acks still owed go out with the GOAWAY, in one write
     except TimeoutError:
-        call.on_error(rules.DEADLINE)
+        call.on_error(unary_call.DEADLINE)
     assert call.result is not None
     return call.result

@@ -8,8 +8,8 @@ the answer comes back; a GOAWAY closes. `Request` holds what never changes for
 a given target, user agent and service (frames by hyperframe, the header block
 by hpack from an empty table, as every new connection's is): only grpc-timeout
 is encoded per call. `Connection` turns the server's bytes into input for
-grpc_rules.UnaryCall: frames split by h2's FrameBuffer (lengths judged early), header blocks decoded
-by hpack, SETTINGS values checked by h2.settings.
+unary_call.UnaryCall: frames split by h2's FrameBuffer (lengths judged early),
+header blocks decoded by hpack, SETTINGS values checked by h2.settings.
 
 h2's H2Connection did all of this before, but for a one-call connection its
 general machinery (connection and stream state machines, encoding the same
@@ -31,7 +31,8 @@ import hyperframe.exceptions
 import hyperframe.frame as frames
 
 from probe_api import grpc_codes as codes
-from probe_worker.probes.grpc import rules
+from probe_worker.go_errors import http2_error_name
+from probe_worker.probes.grpc import rules, unary_call
 
 STREAM_ID = 1
 Codes = h2.settings.SettingCodes
@@ -133,14 +134,14 @@ class Request:
 class ConnectionFailed(Exception):
     """The connection cannot carry the call any more; `error` is what grpc-go reports."""
 
-    def __init__(self, error: rules.RpcError) -> None:
+    def __init__(self, error: unary_call.RpcError) -> None:
         super().__init__(error.message)
         self.error = error
 
 
-def protocol_error(code: int) -> rules.RpcError:
+def protocol_error(code: int) -> unary_call.RpcError:
     """A connection error found while reading (golang.org/x/net/http2 ConnectionError text)."""
-    return rules.connection_error(f"error reading from server: connection error: {rules.http2_error_name(code)}")
+    return unary_call.connection_error(f"error reading from server: connection error: {http2_error_name(code)}")
 
 
 _MALFORMED = (h2.exceptions.H2Error, hyperframe.exceptions.HyperframeError)
@@ -168,7 +169,7 @@ class Connection:
     """
 
     request: Request
-    call: rules.UnaryCall = field(default_factory=rules.UnaryCall)
+    call: unary_call.UnaryCall = field(default_factory=unary_call.UnaryCall)
     ready: bool = False
     _out: list[bytes] = field(default_factory=list)
     _stream_queued: bool = False      # HEADERS are in _out or sent
@@ -201,7 +202,7 @@ class Connection:
                 if self.call.result is not None:
                     return
         except hpack.exceptions.OversizedHeaderListError:
-            raise ConnectionFailed(rules.RpcError(codes.INTERNAL, "peer header list size exceeded limit")) from None
+            raise ConnectionFailed(unary_call.RpcError(codes.INTERNAL, "peer header list size exceeded limit")) from None
         except hpack.exceptions.HPACKError:
             raise ConnectionFailed(protocol_error(h2.errors.ErrorCodes.COMPRESSION_ERROR)) from None
         except _MALFORMED as exc:
@@ -216,7 +217,7 @@ class Connection:
         if not self.ready:
             if not isinstance(frame, frames.SettingsFrame):
                 name = GO_FRAME_TYPES.get(type(frame), "*http2.UnknownFrame")
-                raise ConnectionFailed(rules.connection_error(
+                raise ConnectionFailed(unary_call.connection_error(
                     f"initial http2 frame from server is not a settings frame: {name}"))
             self.ready = True
         if isinstance(frame, frames.SettingsFrame):
@@ -231,7 +232,7 @@ class Connection:
             self._on_window_update(frame.stream_id, frame.window_increment)
         elif isinstance(frame, frames.GoAwayFrame):
             # As with h2 before, which read nothing after a GOAWAY: an open call cannot finish.
-            self.call.on_error(rules.connection_error("the connection is draining"))
+            self.call.on_error(unary_call.connection_error("the connection is draining"))
         elif isinstance(frame, frames.PushPromiseFrame):
             raise ConnectionFailed(protocol_error(h2.errors.ErrorCodes.PROTOCOL_ERROR))  # our SETTINGS disabled push
         elif isinstance(frame, frames.HeadersFrame):

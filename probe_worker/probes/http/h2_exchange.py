@@ -1,6 +1,6 @@
 """One HTTP probe request over HTTP/2: stream 1 of a new connection, which carries nothing else.
 
-The same interface as probes/http.py's HTTP/1.1 exchange (send_request, wait_first_byte, read_head, read_body,
+The same interface as the HTTP/1.1 exchange (probes/http/h1_exchange.py) (send_request, wait_first_byte, read_head, read_body,
 complete, settle), so that an attempt (redirects, outcome, trace) does not care which version carried it. What
 Go's client decides is probe_worker.probes.http.h2_rules'; this module moves frames. Frames are parsed by hyperframe and
 header blocks coded by hpack, as for gRPC probes (probe_worker/probes/grpc/wire.py): a one-stream client needs none of
@@ -21,7 +21,8 @@ import hyperframe.exceptions
 import hyperframe.frame as frames
 
 from probe_worker.probes.http import h2_rules as rules
-from probe_worker.probes.http.rules import MAX_HEAD_BYTES, ProbeRequest, ResponseHead, Transport
+from probe_worker.probes.http.request import ProbeRequest, Transport
+from probe_worker.probes.http.response import MAX_HEAD_BYTES, ResponseHead
 from probe_worker.tls_stream import RECV_SIZE, Stream, StreamError
 
 STREAM_ID = rules.STREAM_ID

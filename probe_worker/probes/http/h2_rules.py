@@ -8,7 +8,7 @@ code): a single-use connection (DisableKeepAlives), one stream, no compression a
 x/net/http2 transport.go (encodeRequestHeaders, handleResponse, processData, processResetStream, processGoAway,
 the read loop's cleanup, transportResponseBody.Read), frame.go (readMetaFrame, checkPseudos), errors.go, and
 internal/httpcommon EncodeHeaders. Everything before the connection (URL, header validity, redirects, the
-outcome of a status) is probe_worker.probes.http.rules', shared with HTTP/1.1.
+outcome of a status) is shared with HTTP/1.1: probes/http/request.py, headers.py and response.py.
 """
 
 from __future__ import annotations
@@ -16,19 +16,15 @@ from __future__ import annotations
 import re
 
 from probe_api.gostrings import go_quote
-from probe_worker.probes.http import rules
-from probe_worker.probes.http.rules import ProbeRequest, Transport
+from probe_worker.go_errors import http2_error_name
+from probe_worker.probes.http.headers import Header, punycode_host_port, valid_header_value, valid_host_header
+from probe_worker.probes.http.request import ProbeRequest, Transport, adds_gzip, request_header
+from probe_worker.probes.http.response import ResponseHead
 
 STREAM_ID = 1
 GO_DEFAULT_USER_AGENT = "Go-http-client/2.0"
 
-# x/net/http2 ErrCode.String().
-ERROR_CODE_NAMES = {
-    0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x3: "FLOW_CONTROL_ERROR",
-    0x4: "SETTINGS_TIMEOUT", 0x5: "STREAM_CLOSED", 0x6: "FRAME_SIZE_ERROR", 0x7: "REFUSED_STREAM", 0x8: "CANCEL",
-    0x9: "COMPRESSION_ERROR", 0xA: "CONNECT_ERROR", 0xB: "ENHANCE_YOUR_CALM", 0xC: "INADEQUATE_SECURITY",
-    0xD: "HTTP_1_1_REQUIRED",
-}
+# x/net/http2 ErrCode values this module names (their names are go_errors.HTTP2_ERROR_NAMES).
 NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = 0x0, 0x1, 0x7, 0x9
 
 FROM_PEER = "received from peer"  # errFromPeer: the cause of a stream error the server sent (RST_STREAM)
@@ -52,18 +48,14 @@ _INT64_MAX = 2**63 - 1
 _WIRE_NAME_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
 
-def error_code_name(code: int) -> str:
-    return ERROR_CODE_NAMES.get(code, f"unknown error code 0x{code:x}")
-
-
 def stream_error(code: int, cause: str = "") -> str:
     """StreamError.Error() for our one stream."""
-    text = f"stream error: stream ID {STREAM_ID}; {error_code_name(code)}"
+    text = f"stream error: stream ID {STREAM_ID}; {http2_error_name(code)}"
     return f"{text}; {cause}" if cause else text
 
 
 def connection_error(code: int) -> str:
-    return f"connection error: {error_code_name(code)}"
+    return f"connection error: {http2_error_name(code)}"
 
 
 def frame_too_large(header: bytes) -> str:
@@ -78,12 +70,12 @@ def frame_too_large(header: bytes) -> str:
 def goaway_error(last_stream_id: int, code: int, debug: bytes) -> str:
     """GoAwayError: the server said GOAWAY (sparing our stream), then the connection ended before the response did."""
     return (f"http2: server sent GOAWAY and closed the connection; LastStreamID={last_stream_id}, "
-            f"ErrCode={error_code_name(code)}, debug={go_quote(debug)}")
+            f"ErrCode={http2_error_name(code)}, debug={go_quote(debug)}")
 
 
 def goaway_refused(code: int) -> str:
     """A GOAWAY with an error that did not spare our stream: not retried."""
-    return f"http2: Transport received GOAWAY from server ErrCode:{error_code_name(code)}"
+    return f"http2: Transport received GOAWAY from server ErrCode:{http2_error_name(code)}"
 
 
 def retried(reset_code: int | None = None, goaway_code: int | None = None) -> bool:
@@ -99,7 +91,7 @@ def _go_list(values: list[str]) -> str:
     return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
-def _connection_headers_error(header: rules.Header) -> str | None:
+def _connection_headers_error(header: Header) -> str | None:
     """checkConnHeaders: what HTTP/2 cannot carry (HTTP/1.1 would send it as it is)."""
     values = header.values("Connection")
     if values and (len(values) > 1 or values[0] != "" and values[0].lower() not in ("close", "keep-alive")):
@@ -121,12 +113,12 @@ def request_fields(request: ProbeRequest, transport: Transport) -> list[tuple[st
     connection-specific ones; User-Agent's first value only, Go's own when none is set; `accept-encoding: gzip`
     only where the transport asks for compression (never for a probe).
     """
-    header = rules.request_header(request)
+    header = request_header(request)
     problem = _connection_headers_error(header)
     if problem:
         return f"http2: {problem}"
-    authority = rules.punycode_host_port(request.host or request.url.host)
-    if not rules.valid_host_header(authority):
+    authority = punycode_host_port(request.host or request.url.host)
+    if not valid_host_header(authority):
         return "http2: invalid Host header"  # HTTP/1.1 sends an empty Host instead
     path = request.url.request_uri()
     if not path.startswith("/"):
@@ -142,7 +134,7 @@ def request_fields(request: ProbeRequest, transport: Transport) -> list[tuple[st
         elif name == "cookie":
             values = [part for value in values for part in _cookie_parts(value)]
         fields.extend((name, value) for value in values)
-    if rules.adds_gzip(header, transport):
+    if adds_gzip(header, transport):
         fields.append(("accept-encoding", "gzip"))
     if not header.has("User-Agent"):
         fields.append(("user-agent", GO_DEFAULT_USER_AGENT))
@@ -166,7 +158,7 @@ def header_block_error(fields: list[tuple[bytes, bytes]]) -> str | None:
     saw_regular = False
     for name, value in fields:
         invalid = None
-        if not rules.valid_header_value(value.decode("latin-1")):
+        if not valid_header_value(value.decode("latin-1")):
             invalid = f"invalid header field value for {go_quote(name)}"
         if name.startswith(b":"):
             if saw_regular:
@@ -210,7 +202,7 @@ def is_informational(status: int) -> bool:
     return 100 <= status <= 199
 
 
-def response_head(status: int, fields: list[tuple[bytes, bytes]], end_stream: bool) -> rules.ResponseHead:
+def response_head(status: int, fields: list[tuple[bytes, bytes]], end_stream: bool) -> ResponseHead:
     """The final response's head. Content-Length counts only when given once and valid (ParseUint, 63 bits);
     otherwise the length is unknown, or 0 when the headers ended the stream."""
     location = content_encoding = None
@@ -227,5 +219,5 @@ def response_head(status: int, fields: list[tuple[bytes, bytes]], end_stream: bo
         length = int(lengths[0])
     elif not lengths and end_stream:
         length = 0
-    return rules.ResponseHead(status=status, location=location, content_length=length,
+    return ResponseHead(status=status, location=location, content_length=length,
                               content_encoding=content_encoding or "")
