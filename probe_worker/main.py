@@ -12,6 +12,7 @@ their probes. A worker started with `outlives_daemon` does not end with its daem
 (or after Detach) it probes on, queues its events (outbox.py) and waits for the next
 daemon's socket, which the broker passes it; on that socket it says Ready (adopted), writes
 what it queued, and answers Resume with a Snapshot of everything it serves. A RunOnce's max_tries and lifecycle_hook go to the prober as they are.
+Requests are dispatched by a table, `Session.HANDLERS`: one handler per kind of WorkerRequest.
 Every module the worker needs is imported at the top of this file, so nothing
 is imported after the drop (the interpreter may live under a directory the
 unprivileged uid cannot read). The zygote (probe_zygote/main.py), which is also the
@@ -29,6 +30,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
@@ -143,40 +146,158 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
     worker outlives its daemon) EOF is not the end: the worker waits there for the next daemon's socket."""
     outbox = Outbox(channel)
     group = SandboxGroup(sockets, user_agent_version, outbox.send)
-    background: set[asyncio.Task[None]] = set()
+    await Session(channel, outbox, group, heartbeat_ms, stop, handover, ready).run()
 
-    def spawn(coro) -> None:
+
+class Session:
+    """A worker's requests, from whichever daemon is connected: each kind of WorkerRequest has one handler (`HANDLERS`).
+
+    A handler answers on the channel the request came from and returns True when the loop ends (Shutdown).
+    Background tasks (the heartbeat, RunOnce attempts) end with the session.
+    """
+
+    def __init__(self, channel: AsyncChannel, outbox: Outbox, group: SandboxGroup, heartbeat_ms: int,
+                 stop: asyncio.Future | None, handover: "Handover | None", ready: worker_pb.Ready | None) -> None:
+        self.channel = channel
+        self.outbox = outbox
+        self.group = group
+        self.heartbeat_ms = heartbeat_ms
+        self.stop = stop
+        self.handover = handover
+        self.ready = ready
+        self.background: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        self.spawn(self.send_heartbeats())
+        try:
+            while True:
+                data = await self.next_request()
+                if data is None:
+                    self.outbox.detach(self.channel)
+                    self.channel.close()
+                    if self.handover is None or (self.stop is not None and self.stop.done()):
+                        break
+                    channel = await self.next_daemon()
+                    if channel is None:
+                        break
+                    self.channel = channel
+                    continue
+                request = worker_pb.WorkerRequest.FromString(data)
+                kind = request.WhichOneof("msg")
+                handler = self.HANDLERS.get(kind) if kind != "detach" or self.handover is not None else None
+                if handler is None:
+                    await self.unsupported(request.seq, kind)
+                elif await handler(self, request.seq, getattr(request, kind)):
+                    break
+        finally:
+            await self.group.close()
+            for task in list(self.background):
+                task.cancel()
+            await asyncio.gather(*self.background, return_exceptions=True)
+
+    def spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
-        background.add(task)
-        task.add_done_callback(background.discard)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
-    async def heartbeat() -> None:
-        while True:
-            if outbox.channel is not None:  # none while no daemon listens: nobody to tell
-                try:
-                    await outbox.channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
-                        unix_ns=time.time_ns(), probes=group.probes)))
-                except OSError:
-                    pass  # the daemon is gone; the request loop sees EOF
-            await asyncio.sleep(heartbeat_ms / 1000)
+    async def reply(self, seq: int, **event) -> None:
+        await self.outbox.reply(self.channel, worker_pb.WorkerEvent(seq=seq, **event))
 
-    async def run_once(channel: AsyncChannel, seq: int, run: worker_pb.RunOnce) -> None:
+    async def reject(self, seq: int, errors: list[str]) -> None:
+        await self.reply(seq, rejected=worker_pb.Rejected(errors=errors))
+
+    # ------------------------------------------------------------------ the handlers, one per request kind
+
+    async def add_sandbox(self, seq: int, msg: worker_pb.AddSandbox) -> None:
+        if not msg.sandbox_id:
+            await self.reject(seq, ["sandbox_id: Required value"])
+            return
+        self.group.add_sandbox(msg.sandbox_id, msg.pod_ips)
+        await self.reply(seq, ack=worker_pb.Ack())
+
+    async def remove_sandbox(self, seq: int, msg: worker_pb.RemoveSandbox) -> None:
+        await self.group.remove_sandbox(msg.sandbox_id)
+        await self.reply(seq, ack=worker_pb.Ack())
+
+    async def add_probe(self, seq: int, msg: worker_pb.AddProbe) -> None:
+        errors = validate_registration(msg.probe) or self.group.check(msg.probe)
+        if errors:
+            await self.reject(seq, errors)
+            return
+        await self.reply(seq, ack=worker_pb.Ack())
+        await self.group.add_probe(msg.probe)
+
+    async def remove_probe(self, seq: int, msg: worker_pb.RemoveProbe) -> None:
+        self.group.remove_probe(msg.sandbox_id, msg.probe_id)
+        await self.reply(seq, ack=worker_pb.Ack())
+
+    async def run_once(self, seq: int, msg: worker_pb.RunOnce) -> None:
+        errors = validate_run_once(msg) or self.group.check(msg.probe)
+        if errors:
+            await self.reject(seq, errors)
+            return
+        self.spawn(self.attempt(self.channel, seq, msg))
+
+    async def heartbeat(self, seq: int, msg: worker_pb.Heartbeat) -> None:
+        await self.reply(seq, heartbeat=worker_pb.Heartbeat(unix_ns=time.time_ns(), probes=self.group.probes))
+
+    async def resume(self, seq: int, msg: worker_pb.Resume) -> None:
+        snapshot = self.group.snapshot()
+        snapshot.dropped_events = self.outbox.take_dropped()
+        await self.reply(seq, snapshot=snapshot)
+
+    async def shutdown(self, seq: int, msg: worker_pb.Shutdown) -> bool:
+        await self.reply(seq, ack=worker_pb.Ack())
+        return True
+
+    async def detach(self, seq: int, msg: worker_pb.Detach) -> None:
+        """Only for a worker that outlives its daemon (the loop refuses it otherwise)."""
+        # Everything before the ack reached this daemon; everything after waits for the next one.
+        await self.reply(seq, ack=worker_pb.Ack())
+        self.outbox.detach(self.channel)
+
+    HANDLERS: dict[str, Callable[["Session", int, Any], Awaitable[bool | None]]] = {
+        "add_sandbox": add_sandbox, "remove_sandbox": remove_sandbox, "add_probe": add_probe,
+        "remove_probe": remove_probe, "run_once": run_once, "heartbeat": heartbeat, "resume": resume,
+        "shutdown": shutdown, "detach": detach,
+    }
+
+    async def unsupported(self, seq: int, kind: str | None) -> None:
+        accepted = [k for k in self.HANDLERS if k != "detach"]
+        await self.reject(seq, [f"msg: Unsupported value: {kind!r}: the worker accepts {', '.join(accepted)}"
+                                + (" and detach" if self.handover is not None else "")])
+
+    # ------------------------------------------------------------------ background and waits
+
+    async def attempt(self, channel: AsyncChannel, seq: int, run: worker_pb.RunOnce) -> None:
+        """A RunOnce's attempt; its report goes to the daemon that asked (`channel`), through the outbox."""
         reg = run.probe
         try:
-            prober = group.prober(reg.sandbox_id)
+            prober = self.group.prober(reg.sandbox_id)
         except UnknownSandbox as exc:  # removed since the request was checked
-            await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
+            await self.outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
                 errors=[f"probe.{exc}"])))
             return
         attempt = await prober.run(reg.spec, reg.container.ports, max_tries=run.max_tries,
                                    lifecycle_hook=run.lifecycle_hook)
-        await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
+        await self.outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
             probe_id=reg.probe_id, attempt=attempt)))
 
-    async def next_request() -> bytes | None:
+    async def send_heartbeats(self) -> None:
+        """A Heartbeat every heartbeat_ms, unasked, to whichever daemon listens."""
+        while True:
+            if self.outbox.channel is not None:  # none while no daemon listens: nobody to tell
+                try:
+                    await self.outbox.channel.send(worker_pb.WorkerEvent(heartbeat=worker_pb.Heartbeat(
+                        unix_ns=time.time_ns(), probes=self.group.probes)))
+                except OSError:
+                    pass  # the daemon is gone; the request loop sees EOF
+            await asyncio.sleep(self.heartbeat_ms / 1000)
+
+    async def next_request(self) -> bytes | None:
         """The next request's bytes; None at EOF, once `stop` is done, or when a new daemon's socket came."""
-        receive = asyncio.ensure_future(channel.recv())
-        waits = [receive] + [f for f in (stop, handover and handover.arrived) if f is not None]
+        receive = asyncio.ensure_future(self.channel.recv())
+        waits = [receive] + [f for f in (self.stop, self.handover and self.handover.arrived) if f is not None]
         if len(waits) > 1:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not receive.done():
@@ -187,88 +308,25 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
         except (ChannelClosed, OSError):
             return None
 
-    async def next_daemon() -> AsyncChannel | None:
+    async def next_daemon(self) -> AsyncChannel | None:
         """The next daemon's channel, once it has our Ready and what was queued; None when the worker ends."""
+        handover = self.handover
+        assert handover is not None
         while True:
-            await asyncio.wait([f for f in (stop, handover.arrived) if f is not None],
+            await asyncio.wait([f for f in (self.stop, handover.arrived) if f is not None],
                                return_when=asyncio.FIRST_COMPLETED)
             if not handover.arrived.done():
                 return None
             new = AsyncChannel(handover.take())
             hello = worker_pb.Ready()
-            hello.CopyFrom(ready or worker_pb.Ready(pid=os.getpid(), protocol_version=WORKER_PROTOCOL_VERSION))
+            hello.CopyFrom(self.ready or worker_pb.Ready(pid=os.getpid(), protocol_version=WORKER_PROTOCOL_VERSION))
             hello.adopted = True
             try:
                 await new.send(worker_pb.WorkerEvent(ready=hello))
-                await outbox.attach(new)
+                await self.outbox.attach(new)
                 return new
             except OSError:
                 new.close()  # that daemon is gone already: wait for the next
-
-    spawn(heartbeat())
-    try:
-        while True:
-            data = await next_request()
-            if data is None:
-                outbox.detach(channel)
-                channel.close()
-                if handover is None or (stop is not None and stop.done()):
-                    break
-                channel = await next_daemon()
-                if channel is None:
-                    break
-                continue
-            request = worker_pb.WorkerRequest.FromString(data)
-            seq, kind = request.seq, request.WhichOneof("msg")
-            if kind in ("add_probe", "run_once"):
-                if kind == "add_probe":
-                    errors = validate_registration(request.add_probe.probe) or group.check(request.add_probe.probe)
-                else:
-                    errors = validate_run_once(request.run_once) or group.check(request.run_once.probe)
-                if errors:
-                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(errors=errors)))
-                elif kind == "add_probe":
-                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-                    await group.add_probe(request.add_probe.probe)
-                else:
-                    spawn(run_once(channel, seq, request.run_once))
-            elif kind == "remove_probe":
-                group.remove_probe(request.remove_probe.sandbox_id, request.remove_probe.probe_id)
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-            elif kind == "add_sandbox":
-                if not request.add_sandbox.sandbox_id:
-                    await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
-                        errors=["sandbox_id: Required value"])))
-                    continue
-                group.add_sandbox(request.add_sandbox.sandbox_id, request.add_sandbox.pod_ips)
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-            elif kind == "remove_sandbox":
-                await group.remove_sandbox(request.remove_sandbox.sandbox_id)
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-            elif kind == "heartbeat":
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, heartbeat=worker_pb.Heartbeat(
-                    unix_ns=time.time_ns(), probes=group.probes)))
-            elif kind == "shutdown":
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-                break
-            elif kind == "detach" and handover is not None:
-                # Everything before the ack reached this daemon; everything after waits for the next one.
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, ack=worker_pb.Ack()))
-                outbox.detach(channel)
-            elif kind == "resume":
-                snapshot = group.snapshot()
-                snapshot.dropped_events = outbox.take_dropped()
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, snapshot=snapshot))
-            else:
-                await outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, rejected=worker_pb.Rejected(
-                    errors=[f"msg: Unsupported value: {kind!r}: the worker accepts add_sandbox, remove_sandbox, "
-                            "add_probe, remove_probe, run_once, heartbeat, resume, shutdown"
-                            + (" and detach" if handover is not None else "")])))
-    finally:
-        await group.close()
-        for task in list(background):
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
