@@ -77,6 +77,19 @@ def test_worker_life_reaches_the_probes_and_the_worker_gauges():
     assert sample(metrics, "probe_shim_worker_restarts_total") == 1, "the same restart counts once"
 
 
+def test_a_worker_shown_as_it_was_makes_no_revision_unless_the_registry_asks():
+    results, board, _ = rig()
+    running = service_pb.WorkerStatus(state=service_pb.WORKER_RUNNING, pid=42)
+    results.show_worker("p1", running)
+    revision = board.revision
+    results.on_worker("sb-1", running)  # an adopted worker, as it was
+    assert board.revision == revision
+    results.show_worker("p1", running, unchanged_too=True)  # after a registration: watchers see it again
+    assert board.revision == revision + 1 and board.get("p1").status.worker == running
+    results.show_worker("gone", running)  # a probe not on the board: nothing
+    assert board.revision == revision + 1
+
+
 def test_a_removed_probe_takes_its_series_and_trace_parent_along():
     results, board, metrics = rig()
     results.set_traceparent("p1", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
