@@ -106,12 +106,14 @@ def test_body_is_truncated_at_10240_bytes():
         assert outcome.result == SUCCESS and outcome.output == "x" * 10240
 
 
-def test_ipv6_url_and_host_header_are_bracketed():
+def _echo_over_ipv6_loopback(**probe_args):
+    """A probe of /echo on a server listening on ::1 only (skipped without an IPv6 loopback): (outcome, port)."""
+
     async def go():
         server = HTTPTestServer()
         await server.start("::1")
         try:
-            return await run_probe("/echo", server.port, host="::1"), server.port
+            return await run_probe("/echo", server.port, **probe_args), server.port
         finally:
             await server.stop()
 
@@ -119,6 +121,11 @@ def test_ipv6_url_and_host_header_are_bracketed():
         (outcome, _, _), port = asyncio.run(go())
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback: {exc}")
+    return outcome, port
+
+
+def test_ipv6_url_and_host_header_are_bracketed():
+    outcome, port = _echo_over_ipv6_loopback(host="::1")
     assert outcome.result == SUCCESS
     assert outcome.output == default_head("/echo", f"[::1]:{port}")
     assert outcome.address == f"[::1]:{port}"
@@ -126,19 +133,7 @@ def test_ipv6_url_and_host_header_are_bracketed():
 
 def test_url_and_host_name_the_family_that_answered():
     """ip_family ANY: the IPv4 candidate refuses, IPv6 answers, and the request says so."""
-
-    async def go():
-        server = HTTPTestServer()
-        await server.start("::1")
-        try:
-            return await run_probe("/echo", server.port, host="127.0.0.1", addresses=("127.0.0.1", "::1")), server.port
-        finally:
-            await server.stop()
-
-    try:
-        (outcome, _, _), port = asyncio.run(go())
-    except OSError as exc:
-        pytest.skip(f"no IPv6 loopback: {exc}")
+    outcome, port = _echo_over_ipv6_loopback(host="127.0.0.1", addresses=("127.0.0.1", "::1"))
     assert outcome.result == SUCCESS and outcome.address == f"[::1]:{port}"
     assert outcome.output == default_head("/echo", f"[::1]:{port}")
 
