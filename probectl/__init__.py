@@ -1,18 +1,24 @@
-"""probectl's library: a client of the probe shim's socket (ProbeService and the proxied CRI).
+"""probectl's library: a client of the probe shim's socket (ProbeService and the proxied CRI), and its command line.
 
-`ProbeShimClient` wraps the generated stubs; `specs` turns command-line syntax into ProbeSpecs and
-`manifest` turns Kubernetes Pod manifests into probe registrations (both pure).
+`ProbeShimClient` (client.py) wraps the generated stubs; `specs` reads durations, `manifest` turns Kubernetes Pod
+manifests into probe registrations and `convert` bridges them to the shim (all pure); `cli` and `commands/` are the
+command line. The client's names are exported here lazily (PEP 562): importing probectl, as the command line does,
+loads no grpc until a command calls the shim.
 """
 
-from probectl.client import (
-    DEFAULT_ENDPOINT,
-    ENDPOINT_ENV,
-    NotFoundError,
-    ProbeShimClient,
-    RuntimeUnavailableError,
-    ShimError,
-    ShimUnavailable,
-)
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["DEFAULT_ENDPOINT", "ENDPOINT_ENV", "NotFoundError", "ProbeShimClient", "RuntimeUnavailableError",
            "ShimError", "ShimUnavailable"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(importlib.import_module("probectl.client"), name)
+    raise AttributeError(f"module 'probectl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

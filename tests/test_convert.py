@@ -19,7 +19,7 @@ import yaml
 
 from probe_api.bridge_command import MARKER, command_for, handler_in
 from probe_api.pod_conversion import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert_object
-from probectl import cli
+from probectl import cli, client
 from probectl.convert import convert
 
 GOLDEN = Path(__file__).parent / "golden" / "convert"
@@ -524,7 +524,7 @@ def no_shim(monkeypatch):
     """convert needs no daemon: building a client at all is a failure."""
     def refuse(*args, **kwargs):
         raise AssertionError("probectl convert created a client")
-    monkeypatch.setattr(cli, "ProbeShimClient", refuse)
+    monkeypatch.setattr(client, "ProbeShimClient", refuse)
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:

@@ -345,7 +345,7 @@ def test_json_fields_come_in_field_number_order_like_gos_protojson():
 
 
 def test_workers_are_one_row_per_group_whatever_the_order_of_the_sandboxes():
-    from probectl.cli import _measure_workers
+    from probectl.commands.workers import _measure_workers
 
     def sandbox(sid: str, group: str, probes: int, restarts: int = 0) -> service_pb.ProbeSandbox:
         # pid 0: a worker in backoff, nothing for psutil to read (and no measuring interval)
