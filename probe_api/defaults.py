@@ -28,6 +28,10 @@ FIELD_VIOLATIONS_KEY = "probe-shim-field-violations-bin"
 WORKER_UID = 65534
 WORKER_GID = 65534
 
+# How long workers go on probing after their daemon stopped (SIGTERM) or crashed, for the next one to adopt them
+# (the daemon's handover_timeout_s, which it passes to the zygote; the zygote's own default).
+HANDOVER_TIMEOUT_S = 300.0
+
 # The kubelet version whose behaviour the engine follows; its User-Agent is kube-probe/<this>.
 KUBELET_VERSION = "1.32"
 

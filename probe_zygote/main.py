@@ -42,7 +42,7 @@ import probe_worker.main as worker_main  # the preload: every forked worker shar
 from probe_worker.channel import BlockingChannel
 from probe_worker.pod_ips import discover_pod_ips
 from probe_zygote.netns_broker import BrokerError, NetnsBroker
-from probe_api.defaults import SHIM_VERSION
+from probe_api.defaults import HANDOVER_TIMEOUT_S, SHIM_VERSION
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from probe_api.zygote_protocol import MAX_PACKET, ZYGOTE_PROTOCOL_VERSION, exit_from_waitid, handover_socket_name, unix_address
 from probe_zygote.prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not fill pymalloc's free blocks before forking (for measurements)")
     parser.add_argument("--handover-dir", default="",
                         help="keep the workers when the daemon goes and wait for the next one on DIR/zygote-PID.sock")
-    parser.add_argument("--handover-timeout", type=float, default=300.0,
+    parser.add_argument("--handover-timeout", type=float, default=HANDOVER_TIMEOUT_S,
                         help="seconds the workers wait for the next daemon before they are stopped")
     args = parser.parse_args(argv)
     # No collection from here on in the zygote: a collection would free objects and leave

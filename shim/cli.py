@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"at most this many sandboxes per pooled worker (default {defaults.sandboxes_per_worker})")
     serve.add_argument("--handover-timeout-s", dest="handover_timeout_s", type=float,
                        help="how long workers go on probing for the next daemon after this one stops (SIGTERM) or "
-                            "crashes, to be adopted by it; 0: workers stop with the daemon (default 300)")
+                            "crashes, to be adopted by it; 0: workers stop with the daemon "
+                            f"(default {defaults.handover_timeout_s:g})")
     serve.add_argument("--embedded-namespace-separator", dest="embedded_namespace_separator",
                        help="embedded mode: a netns name's namespace is its part before this separator "
                             "(default: none, every netns in one tenancy)")

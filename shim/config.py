@@ -1,7 +1,9 @@
 """Daemon settings: defaults, the optional TOML file, then command-line flags (last wins).
 
 Also the pure decisions about them: which socket group a setting names, and whether
-the metrics address reaches beyond the node (a warning, not an error).
+the metrics address reaches beyond the node (a warning, not an error). The workers'
+part is handed on as one frozen WorkerSettings (`worker_settings`), whose defaults
+are the ones written here.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import grp
 import ipaddress
+import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from probe_api.defaults import DEFAULT_ENDPOINT, KUBELET_VERSION, WORKER_GID, WORKER_UID
-from shim.workers.groups import DEFAULT_SANDBOXES_PER_WORKER, ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER, POOLED
+from probe_api.defaults import DEFAULT_ENDPOINT
+from shim.workers.groups import ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER
+from shim.workers.settings import WorkerSettings
 
 
 class ConfigError(Exception):
@@ -23,6 +27,8 @@ class ConfigError(Exception):
 
 
 MAX_ID = 2**31 - 1
+_WORKERS = WorkerSettings()  # the defaults of the workers' keys
+HANDOVER_SUBDIR = "workers"  # under state_dir: the zygotes' handover sockets
 
 
 @dataclass
@@ -32,7 +38,7 @@ class Config:
     state_dir: str = "/var/lib/probe-shim"
     metrics_listen: str = "127.0.0.1:9555"  # "" turns the endpoint off
     reconcile_interval_s: float = 5.0
-    user_agent_version: str = KUBELET_VERSION
+    user_agent_version: str = _WORKERS.user_agent_version
     # The deprecated probe `host` field lets a pod's probe reach any address the node
     # can (blind SSRF from the runtime's side); off unless an operator opts in.
     allow_host_field: bool = False
@@ -41,13 +47,13 @@ class Config:
     log_format: str = "text"  # text | json
     trace_exporter: str = "none"  # none | console | otlp
     otlp_endpoint: str = ""
-    worker_uid: int = WORKER_UID
-    worker_gid: int = WORKER_GID
-    heartbeat_timeout_s: float = 5.0
+    worker_uid: int = _WORKERS.run_as_uid
+    worker_gid: int = _WORKERS.run_as_gid
+    heartbeat_timeout_s: float = _WORKERS.heartbeat_timeout_s
     # "pooled": a worker serves up to sandboxes_per_worker sandboxes of one Kubernetes namespace;
     # "sandbox": one worker per sandbox (strict isolation, the memory of a process per pod).
-    worker_isolation: str = POOLED
-    sandboxes_per_worker: int = DEFAULT_SANDBOXES_PER_WORKER
+    worker_isolation: str = _WORKERS.isolation
+    sandboxes_per_worker: int = _WORKERS.sandboxes_per_worker
     # Embedded mode: a bare netns has no Kubernetes namespace, so all of them form one tenancy; with a
     # separator, the part of a netns name before it is its namespace ("team-a.web-1" with ".").
     embedded_namespace_separator: str = ""
@@ -56,7 +62,7 @@ class Config:
     hook_timeout_s: float = 300.0
     # Workers outlive the daemon (a crash, SIGTERM for a restart or an upgrade) and go on probing for this long,
     # waiting for the next daemon to adopt them; 0: they stop with it. SIGINT (Ctrl-C) always stops them.
-    handover_timeout_s: float = 300.0
+    handover_timeout_s: float = _WORKERS.handover_timeout_s
     # Group of the API socket (mode 0660): its owner and this group's members may call the
     # API, which can make the node probe any pod. A group name or a numeric gid; "" keeps
     # the daemon's own group (root's, under systemd).
@@ -95,6 +101,17 @@ class Config:
     @property
     def socket_path(self) -> str:
         return self.listen.removeprefix("unix://")
+
+    def worker_settings(self) -> WorkerSettings:
+        """The workers' settings: the keys above, the handover directory under state_dir (none with a handover
+        timeout of 0: workers end with the daemon), and WorkerSettings' own defaults for the rest."""
+        return WorkerSettings(
+            isolation=self.worker_isolation, sandboxes_per_worker=self.sandboxes_per_worker,
+            heartbeat_timeout_s=self.heartbeat_timeout_s, user_agent_version=self.user_agent_version,
+            run_as_uid=self.worker_uid, run_as_gid=self.worker_gid,
+            handover_dir=os.path.join(self.state_dir, HANDOVER_SUBDIR) if self.handover_timeout_s > 0 else "",
+            handover_timeout_s=self.handover_timeout_s,
+        )
 
 
 _TYPES = {f.name: f.type for f in fields(Config)}

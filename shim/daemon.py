@@ -140,22 +140,17 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     sandboxes = SandboxDirectory(
         NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream))
     results = ResultsManager(board=board, tracer=tracer, metrics=metrics, sandboxes=sandboxes)
-    handover_dir = os.path.join(config.state_dir, "workers") if config.handover_timeout_s > 0 else ""
+    workers = config.worker_settings()
     supervisor = WorkerSupervisor(
-        functools.partial(Zygote.start, handover_dir=handover_dir, handover_timeout_s=config.handover_timeout_s),
+        functools.partial(Zygote.start, handover_dir=workers.handover_dir,
+                          handover_timeout_s=workers.handover_timeout_s),
         on_event=results.on_event,
         on_worker=results.on_worker,
-        isolation=config.worker_isolation,
-        sandboxes_per_worker=config.sandboxes_per_worker,
-        heartbeat_timeout_s=config.heartbeat_timeout_s,
-        user_agent_version=config.user_agent_version,
-        run_as_uid=config.worker_uid,
-        run_as_gid=config.worker_gid,
-        handover_dir=handover_dir,
+        settings=workers,
         progress_of=results.progress_of,
     )
     # The zygote (or the one left running, and its workers), before any grpc object below.
-    adopting = await supervisor.start(adopt=bool(handover_dir))
+    adopting = await supervisor.start(adopt=workers.outlives_daemon)
     # Listening before the restore: what changes while probes are restored and workers adopted is stored too.
     await writer.start(identity)
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,

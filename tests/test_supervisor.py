@@ -19,7 +19,9 @@ import pytest
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from shim.workers.supervisor import Backoff, SandboxTarget, WorkerRejected, WorkerSupervisor, WorkerUnavailable
+from shim.workers.backoff import Backoff, BackoffPolicy
+from shim.workers.settings import WorkerSettings
+from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerSupervisor, WorkerUnavailable
 from shim.workers.groups import STRICT
 from shim.workers.zygote_handle import Zygote
 from probe_api.zygote_protocol import WorkerExit
@@ -33,7 +35,7 @@ RUNNING, BACKOFF, FAILED, NONE = (service_pb.WORKER_RUNNING, service_pb.WORKER_B
 # --- pure -------------------------------------------------------------------------------
 
 def test_backoff_doubles_up_to_the_max_and_resets_after_a_long_life():
-    backoff = Backoff(initial_s=0.2, max_s=1.0, reset_after_s=60)
+    backoff = Backoff(BackoffPolicy(initial_s=0.2, max_s=1.0, reset_after_s=60))
     assert [backoff.next_delay(lived_s=0.1) for _ in range(5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
     assert backoff.next_delay(lived_s=60) == 0.2
     assert backoff.next_delay(lived_s=1) == 0.4
@@ -114,14 +116,15 @@ class Recorder:
                 queue.get_nowait()
 
 
-def make_supervisor(rec: Recorder, **options) -> WorkerSupervisor:
-    options.setdefault("backoff_initial_s", 0.05)
+def make_supervisor(rec: Recorder, backoff_initial_s: float = 0.05, **options) -> WorkerSupervisor:
+    """options: WorkerSettings' fields; restarts and heartbeats faster than the defaults."""
     options.setdefault("heartbeat_interval_ms", 100)
+    settings = WorkerSettings(backoff=BackoffPolicy(initial_s=backoff_initial_s), **options)
 
     async def factory() -> Zygote:
         return await Zygote.start(on_exit=rec.exits.append)
 
-    return WorkerSupervisor(factory, rec.on_event, rec.on_worker, **options)
+    return WorkerSupervisor(factory, rec.on_event, rec.on_worker, settings)
 
 
 @contextlib.asynccontextmanager

@@ -242,7 +242,7 @@ def test_filling_memory_holes_takes_the_free_blocks_and_chunks():
     code = (
         "import gc, json\n"
         "gc.disable()\n"
-        "from shim import zygote_prefork as w\n"
+        "from probe_zygote import prefork as w\n"
         "before = w.pymalloc_free_blocks(); malloc_before = w.malloc_free_bytes()\n"
         "filled = w.fill_pool_holes(); taken = w.fill_malloc_holes()\n"
         "after = w.pymalloc_free_blocks()\n"

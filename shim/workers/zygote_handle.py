@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
+from probe_api.defaults import HANDOVER_TIMEOUT_S
 from probe_api.zygote_protocol import (
     MAX_PACKET,
     WorkerExit,
@@ -34,7 +35,6 @@ from probe_api.zygote_protocol import (
 
 log = logging.getLogger(__name__)
 
-HANDOVER_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 30.0
 SPAWN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0

@@ -7,7 +7,7 @@ worker protocol cannot be adopted: it is stopped with its workers, which the sup
 on from the daemon's stored state). Which is which is `adoption_verdict`'s rule (shim/workers/adoption.py).
 
 A spawner that dies is started again with a backoff, ahead of demand. Nothing here knows about groups or sandboxes:
-that is the supervisor's.
+that is the supervisor's; a worker's life says when it is done with an adopted zygote (`release`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from shim.workers.adoption import SPAWN_FROM, adoption_verdict
-from shim.workers.backoff import Backoff
+from shim.workers.backoff import Backoff, BackoffPolicy
 from shim.workers.process import set_child_subreaper
 from shim.workers.zygote_handle import AdoptableWorker, Zygote, ZygoteError
 from probe_api.zygote_protocol import handover_sockets
@@ -38,13 +38,14 @@ class Adoption:
 
 
 class ZygotePool:
-    def __init__(self, factory: ZygoteFactory, backoff: tuple[float, float, float], handover_dir: str = "") -> None:
+    def __init__(self, factory: ZygoteFactory, backoff: BackoffPolicy, handover_dir: str = "") -> None:
         self._factory = factory
         self._handover_dir = handover_dir
         self._spawner: Zygote | None = None
-        self._adopted: list[Zygote] = []  # earlier daemons' zygotes kept as brokers of adopted workers
+        # Earlier daemons' zygotes kept as brokers of adopted workers, with how many of those are not released yet.
+        self._adopted: dict[Zygote, int] = {}
         self._lock = asyncio.Lock()
-        self._backoff = Backoff(*backoff)
+        self._backoff = Backoff(backoff)
         self._started_at = 0.0
         self._restart: asyncio.Task[None] | None = None
         self._closing = False
@@ -74,10 +75,14 @@ class ZygotePool:
                 self._watch(self._spawner)
             return self._spawner
 
-    def release(self, zygote: Zygote | None, in_use: set[Zygote]) -> None:
-        """An adopted zygote that no group uses any more is stopped (its last adopted worker ended)."""
-        if zygote is not None and zygote is not self._spawner and zygote in self._adopted and zygote not in in_use:
-            self._adopted.remove(zygote)
+    def release(self, zygote: Zygote) -> None:
+        """One of the workers adopted from `zygote` ended (or was stopped): with its last one, an adopted zygote
+        that is not the spawner is stopped."""
+        if zygote not in self._adopted or zygote is self._spawner:
+            return
+        self._adopted[zygote] -= 1
+        if self._adopted[zygote] <= 0:
+            del self._adopted[zygote]
             asyncio.get_running_loop().create_task(zygote.close(), name=f"stop zygote {zygote.pid}")
 
     async def close(self) -> None:
@@ -128,7 +133,7 @@ class ZygotePool:
             self._spawner = zygote
             self._watch(zygote)
         else:
-            self._adopted.append(zygote)
+            self._adopted[zygote] = len(workers)
         return [Adoption(zygote, worker) for worker in workers]
 
     def _watch(self, zygote: Zygote) -> None:
