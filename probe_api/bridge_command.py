@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.cli_names import MARKER
 from probe_api.gostrings import go_quote
 from probe_api.handler_flags import (
     IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action, tcp_socket_action,
@@ -47,7 +48,6 @@ from probe_api.handler_flags import (
 from probe_api.handlers import InvalidField, handler_spec, kubernetes_error
 from probe_api.validation import FieldError, probe_errors
 
-MARKER = "cri-probe-shim"
 PROBE_ROLES: dict[str, int] = PROBE_TYPES  # a probe's role is its kubelet probe name
 HOOK_ROLES: tuple[str, ...] = ("postStart", "preStop")
 ROLES: tuple[str, ...] = (*PROBE_ROLES, *HOOK_ROLES)

@@ -17,14 +17,15 @@ import re
 from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.cli_names import IP_FAMILY_NAMES, PROBE_TYPE_NAMES, TARGET_NAMES, enum_name
 from probe_api.gostrings import go_quote
 from probe_api.handlers import GRPC_MODES, HTTP_PROTOCOLS
 from probe_api.validation import port_name_errors
 
-# The kubelet's probe names, as `--type` and the bridge's ROLE spell them.
-PROBE_TYPES = {"liveness": spec_pb.LIVENESS, "readiness": spec_pb.READINESS, "startup": spec_pb.STARTUP}
-TARGETS = {"pod-ip": spec_pb.POD_IP, "loopback": spec_pb.LOOPBACK}
-IP_FAMILIES = {"primary": spec_pb.PRIMARY, "ipv4": spec_pb.IPV4, "ipv6": spec_pb.IPV6, "any": spec_pb.ANY}
+# The kubelet's probe names, as `--type` and the bridge's ROLE spell them; placement names (probe_api.cli_names).
+PROBE_TYPES = {name: spec_pb.ProbeType.Value(enum_name(name)) for name in PROBE_TYPE_NAMES}
+TARGETS = {name: spec_pb.Target.Value(enum_name(name)) for name in TARGET_NAMES}
+IP_FAMILIES = {name: spec_pb.IPFamily.Value(enum_name(name)) for name in IP_FAMILY_NAMES}
 URL_SCHEMES = {"http": spec_pb.HTTP, "https": spec_pb.HTTPS}  # any case in a URL, as Go's url.Parse takes them
 
 _DIGITS_RE = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", which int() refuses

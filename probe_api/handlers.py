@@ -21,13 +21,14 @@ import re
 from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.cli_names import GRPC_MODE_NAMES, HTTP_PROTOCOL_NAMES, enum_name
 from probe_api.gostrings import go_quote
 from probe_api.validation import FieldError, port_name_errors
 
 # Enum values as the API spells them (case-sensitive), and as probectl's flags take them.
 SCHEMES = {"HTTP": spec_pb.HTTP, "HTTPS": spec_pb.HTTPS}
-HTTP_PROTOCOLS = {"HTTP1": spec_pb.HTTP1, "HTTP2": spec_pb.HTTP2}  # core/v1 HTTPProtocol (KEP-5999)
-GRPC_MODES = {"Plaintext": spec_pb.PLAINTEXT, "TLS": spec_pb.TLS}  # core/v1 GRPCProbeMode (KEP-4939)
+HTTP_PROTOCOLS = {name: spec_pb.HTTPProtocol.Value(enum_name(name)) for name in HTTP_PROTOCOL_NAMES}
+GRPC_MODES = {name: spec_pb.GRPCProbeMode.Value(enum_name(name)) for name in GRPC_MODE_NAMES}
 
 # core/v1 handler fields (1.32). Unknown ones are refused, as kubectl's strict field validation does: a typo such as
 # `prot` would otherwise silently probe another port.

@@ -16,15 +16,13 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Callable
 
-from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.bridge_command import MARKER
+from probe_api.cli_names import (
+    GRPC_MODE_NAMES, HTTP_PROTOCOL_NAMES, IP_FAMILY_NAMES, MARKER, PROBE_TYPE_NAMES, STATE_NAMES, TARGET_NAMES,
+)
 from probe_api.defaults import DEFAULT_ENDPOINT
-from probe_api.handler_flags import GRPC_MODES, HTTP_PROTOCOLS, IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError
-from probectl import specs
-from probectl.commands.base import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, STATES, UsageError
+from probectl.commands.base import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
 # render.OUTPUTS and convert.OUTPUTS, written here so that parsing loads neither the renderer nor the converter
 # (tests/test_probectl_startup.py checks they agree).
@@ -71,8 +69,10 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _container_port(text: str) -> spec_pb.ContainerPort:
+def _container_port(text: str):
     """NAME=PORT[/PROTOCOL]: a container port, so that a named probe port can be resolved."""
+    from cri_proto import probe_spec_pb2 as spec_pb
+
     name, eq, rest = text.partition("=")
     number, _, protocol = rest.partition("/")
     if not eq or not name or not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= 65535:
@@ -80,8 +80,14 @@ def _container_port(text: str) -> spec_pb.ContainerPort:
     return spec_pb.ContainerPort(name=name, container_port=int(number), protocol=(protocol or "TCP").upper())
 
 
+def _duration_ms(text: str) -> int:
+    from probectl.specs import parse_duration_ms  # fractions: only when a duration is given
+
+    return parse_duration_ms(text)
+
+
 def _positive_duration_ms(text: str) -> int:
-    value = specs.parse_duration_ms(text)
+    value = _duration_ms(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0, e.g. 2s")
     return value
@@ -110,17 +116,17 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
     group.add_argument("--grpc", metavar="PORT", help="a gRPC health probe")
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="HTTP request header, repeatable (with --http-get)")
-    parser.add_argument("--http-protocol", choices=tuple(HTTP_PROTOCOLS),
+    parser.add_argument("--http-protocol", choices=HTTP_PROTOCOL_NAMES,
                         help="with --http-get: HTTP1 (default; HTTPS may negotiate HTTP/2) or HTTP2: "
                              "HTTP/2 cleartext with prior knowledge, h2c (KEP-5999)")
     parser.add_argument("--service", help="gRPC health service name (with --grpc)")
-    parser.add_argument("--grpc-mode", choices=tuple(GRPC_MODES),
+    parser.add_argument("--grpc-mode", choices=GRPC_MODE_NAMES,
                         help="with --grpc: Plaintext (default) or TLS, without certificate verification (KEP-4939)")
-    parser.add_argument("--target", choices=TARGETS, help="pod-ip (default) or loopback: the pod's 127.0.0.1")
-    parser.add_argument("--ip-family", choices=IP_FAMILIES, help="default primary: the sandbox's first IP")
+    parser.add_argument("--target", choices=TARGET_NAMES, help="pod-ip (default) or loopback: the pod's 127.0.0.1")
+    parser.add_argument("--ip-family", choices=IP_FAMILY_NAMES, help="default primary: the sandbox's first IP")
     parser.add_argument("--container-port", action="append", default=[], type=_container_port,
                         metavar="NAME=PORT[/PROTOCOL]", help="a container port, to resolve a named probe port")
-    parser.add_argument("--type", choices=PROBE_TYPES, required=type_required,
+    parser.add_argument("--type", choices=PROBE_TYPE_NAMES, required=type_required,
                         default=None if type_required else "readiness",
                         help="which kubelet probe this is" + ("" if type_required else " (default readiness)"))
 
@@ -128,8 +134,8 @@ def _handler_flags(parser: argparse.ArgumentParser, *, type_required: bool) -> N
 def _filter_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod", metavar="ID", help="only probes of this pod sandbox")
     parser.add_argument("--container", metavar="NAME|ID", help="only probes of this container (name or id)")
-    parser.add_argument("--type", choices=PROBE_TYPES, help="only probes of this type")
-    parser.add_argument("--state", choices=STATES, help="only probes in this state (watch: until they leave it)")
+    parser.add_argument("--type", choices=PROBE_TYPE_NAMES, help="only probes of this type")
+    parser.add_argument("--state", choices=STATE_NAMES, help="only probes in this state (watch: until they leave it)")
     parser.add_argument("--label", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                         help="only probes with this label, repeatable")
 
@@ -157,9 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--container", required=True, metavar="NAME", help="container name")
     p.add_argument("--container-id", default="", metavar="ID", help="container id (default: the name identifies it)")
     _handler_flags(p, type_required=True)
-    p.add_argument("--initial-delay", type=specs.parse_duration_ms, metavar="DURATION", help="default 0s")
-    p.add_argument("--period", type=specs.parse_duration_ms, metavar="DURATION", help="default 10s")
-    p.add_argument("--timeout", dest="probe_timeout_ms", type=specs.parse_duration_ms, metavar="DURATION",
+    p.add_argument("--initial-delay", type=_duration_ms, metavar="DURATION", help="default 0s")
+    p.add_argument("--period", type=_duration_ms, metavar="DURATION", help="default 10s")
+    p.add_argument("--timeout", dest="probe_timeout_ms", type=_duration_ms, metavar="DURATION",
                    help="of one attempt (default 1s)")
     p.add_argument("--success-threshold", type=_positive_int, metavar="N", help="default 1")
     p.add_argument("--failure-threshold", type=_positive_int, metavar="N", help="default 3")
@@ -213,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("exec", help="run one probe attempt now and show its trace")
     p.add_argument("--pod", required=True, metavar="ID", help="pod sandbox id (a netns name with --runtime-endpoint none)")
     _handler_flags(p, type_required=False)
-    p.add_argument("--timeout", dest="probe_timeout_ms", type=specs.parse_duration_ms, metavar="DURATION",
+    p.add_argument("--timeout", dest="probe_timeout_ms", type=_duration_ms, metavar="DURATION",
                    help="of the attempt (default 1s)")
     p.add_argument("--traceparent", help="W3C traceparent to parent the attempt's span")
     _output_flag(p)
@@ -235,9 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- entry point -----------------------------------------------------------------------
 
-def _shim_failure(exc: Exception, args) -> tuple[str, int] | None:
-    """(message, exit code) for an error of the client library, None for anything else. Such an error can only
-    come from a command that loaded the client, so the client is not imported to ask."""
+def _known_failure(exc: Exception, args) -> tuple[str, int] | None:
+    """(message, exit code) for bad probe syntax or an error of the client library, None for anything else. Such an
+    error can only come from a command that loaded its module, so no module is imported to ask."""
+    flags = sys.modules.get("probe_api.handler_flags")
+    if flags is not None and isinstance(exc, flags.SpecError):
+        return str(exc), EXIT_ERROR
     client = sys.modules.get("probectl.client")
     if client is None:
         return None
@@ -256,6 +265,8 @@ def _shim_failure(exc: Exception, args) -> tuple[str, int] | None:
 
 def _fail(message: str, code: int, debug: bool) -> int:
     if debug:
+        import traceback
+
         traceback.print_exc()
     print(f"probectl: {message}", file=sys.stderr)
     return code
@@ -273,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug
     try:
         return args.handler(args)
-    except (UsageError, SpecError) as exc:
+    except UsageError as exc:
         return _fail(str(exc), EXIT_ERROR, debug)
     except KeyboardInterrupt:
         return _fail("interrupted", 130, debug)
@@ -282,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback, unless -D
-        if (failure := _shim_failure(exc, args)) is not None:
+        if (failure := _known_failure(exc, args)) is not None:
             return _fail(*failure, debug)
         return _fail(f"unexpected error: {type(exc).__name__}: {exc} (run with -D for the traceback)",
                      EXIT_ERROR, debug)

@@ -3,7 +3,8 @@
 Exit codes: 0 ok (for exec: success or warning), 1 bad arguments or an error the shim reported, 2 the shim cannot
 be reached, 3 exec result unknown, 4 exec result failure (grpc_health_probe's spirit).
 
-Imports no grpc: the client is built (and its module loaded) only by a command that calls the shim.
+Imports no grpc and no protobuf (the parser imports this): the client is built, and its module loaded, only by a
+command that calls the shim.
 """
 
 from __future__ import annotations
@@ -12,16 +13,11 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from cri_proto import probe_spec_pb2 as spec_pb
-
 if TYPE_CHECKING:
     from cri_proto import probe_service_pb2 as service_pb
     from probectl.client import ProbeShimClient
 
 EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE, EXIT_UNKNOWN, EXIT_FAILURE = 0, 1, 2, 3, 4
-EXIT_CODES = {spec_pb.RESULT_SUCCESS: EXIT_OK, spec_pb.RESULT_WARNING: EXIT_OK,
-              spec_pb.RESULT_FAILURE: EXIT_FAILURE, spec_pb.RESULT_UNKNOWN: EXIT_UNKNOWN}
-STATES = {"success": spec_pb.STATE_SUCCESS, "failure": spec_pb.STATE_FAILURE, "unknown": spec_pb.STATE_UNKNOWN}
 
 
 class UsageError(Exception):

@@ -12,10 +12,14 @@ from probe_api.handler_flags import IP_FAMILIES, PROBE_TYPES, TARGETS, grpc_acti
 from probectl import render
 from probectl.client import ShimError
 from probectl.commands.base import (
-    EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_UNKNOWN, UsageError, connect, print_line, read_manifest, resolve_probes,
+    EXIT_ERROR, EXIT_FAILURE, EXIT_OK, EXIT_UNKNOWN, UsageError, connect, print_line, read_manifest, resolve_probes,
     waterfall_bar,
 )
 from probectl.manifest import daemon_errors, probes_from_manifest
+
+# exec's exit code by the attempt's result: a warning is a success, as the kubelet counts it.
+EXIT_CODES = {spec_pb.RESULT_SUCCESS: EXIT_OK, spec_pb.RESULT_WARNING: EXIT_OK,
+              spec_pb.RESULT_FAILURE: EXIT_FAILURE, spec_pb.RESULT_UNKNOWN: EXIT_UNKNOWN}
 
 
 def _spec(args) -> spec_pb.ProbeSpec:

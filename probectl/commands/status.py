@@ -8,10 +8,14 @@ import signal
 import time
 
 from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.cli_names import STATE_NAMES, enum_name
 from probe_api.handler_flags import PROBE_TYPES
 from probectl import render
 from probectl.client import ProbeShimClient
-from probectl.commands.base import EXIT_OK, STATES, connect, print_line, resolve_probes, waterfall_bar
+from probectl.commands.base import EXIT_OK, connect, print_line, resolve_probes, waterfall_bar
+
+STATES = {name: spec_pb.ProbeState.Value("STATE_" + enum_name(name)) for name in STATE_NAMES}  # --state
 
 
 def _client_version() -> str:
