@@ -2,11 +2,12 @@
 probe_zygote.main --fd N`), and the netns broker that hands those workers their probe sockets.
 
 The daemon runs grpc threads, and forking a process that has threads is unsafe, so workers are forked by this
-small process instead. It preloads everything a worker needs, prepares its memory (zygote_prefork.py), freezes the
-GC so the preloaded objects stay in pages the children share, forks one child per Spawn and reports each child's
-pid (with a pidfd) and later its exit status, over the SOCK_SEQPACKET socketpair of cri_proto/zygote.proto. The
-daemon's side of that socket is zygote.py. Imports stay lean (probe_worker and the standard library, never
-grpcio): every worker inherits what the zygote holds.
+small process instead. It preloads everything a worker needs, prepares its memory (probe_zygote/prefork.py), freezes
+the GC so the preloaded objects stay in pages the children share, forks one child per Spawn (probe_zygote/fork.py:
+the fork and the child's set-up) and reports each child's pid (with a pidfd) and later its exit status, over the
+SOCK_SEQPACKET socketpair of cri_proto/zygote.proto. This module is the request loop. The daemon's side of that
+socket is shim/workers/zygote_handle.py. Imports stay lean (probe_worker and the standard library, never grpcio):
+every worker inherits what the zygote holds.
 
 It is also the netns broker (probe_zygote/netns_broker.py): privileged and single-threaded already, it makes each worker's
 broker channel when it forks it, holds the netns of every sandbox the daemon assigns to a worker, and answers the
@@ -21,10 +22,8 @@ Reattach passes each a new daemon socket over its broker channel). Nobody in tim
 
 from __future__ import annotations
 
-import _signal
 import argparse
 import contextlib
-import ctypes
 import gc
 import logging
 import os
@@ -34,25 +33,18 @@ import signal
 import socket
 import sys
 import time
-import traceback
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
-import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
-from probe_worker.channel import BlockingChannel
 from probe_worker.pod_ips import discover_pod_ips
+from probe_zygote.fork import become_worker, merge_pages, warm_up
 from probe_zygote.netns_broker import BrokerError, NetnsBroker
+from probe_zygote.prefork import fill_malloc_holes, fill_pool_holes
 from probe_api.defaults import HANDOVER_TIMEOUT_S, SHIM_VERSION
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from probe_api.zygote_protocol import MAX_PACKET, ZYGOTE_PROTOCOL_VERSION, exit_from_waitid, handover_socket_name, unix_address
-from probe_zygote.prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code, warm_up
 
 log = logging.getLogger(__name__)
-
-EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE: the child failed outside run()
-PR_SET_MEMORY_MERGE = 67
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _send(control: socket.socket, event: zygote_pb.ZygoteEvent, fds: list[int] | None = None) -> None:
@@ -107,7 +99,7 @@ class _ZygoteProcess:
         self.broker = NetnsBroker(find_pod_ips=discover_pod_ips)
         # epoll, not poll: with a worker per sandbox the zygote watches two descriptors per worker (its pidfd and
         # its broker channel), and poll()'s cost per wake-up grows with all of them (a third of the zygote's CPU
-        # at 250 workers). The child closes its copy first thing (_child).
+        # at 250 workers). The child closes its copy first thing (fork.py).
         self.poller = select.epoll()
         self.poller.register(control, select.EPOLLIN)
         self.pid = os.getpid()
@@ -256,8 +248,10 @@ class _ZygoteProcess:
             self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
                 message=f"fork failed: {exc.strerror}")))
             return
-        if pid == 0:
-            self._child(request.spawn.config, worker_fd, theirs.fileno())  # never returns
+        if pid == 0:  # never returns
+            become_worker(request.spawn.config, worker_fd, theirs.fileno(), zygote_pid=self.pid,
+                          control=self.control, poller=self.poller, max_fd=self.max_fd,
+                          child_gc_threshold=self.child_gc_threshold)
         os.close(worker_fd)
         theirs.close()
         self.broker.attach(pid, ours)
@@ -314,78 +308,6 @@ class _ZygoteProcess:
             os.close(pidfd)
         self.children.clear()
 
-    def _child(self, config: worker_pb.WorkerConfig, worker_fd: int, broker_fd: int) -> None:
-        """In the forked child: shed the zygote's state, then become the worker."""
-        code = EXIT_INTERNAL_ERROR
-        try:
-            # No parent-death signal: a worker whose zygote died ends when its broker channel closes
-            # (the daemon, a child subreaper, reaps it and starts it again), and at EOF of its socket
-            # when the daemon is gone.
-            if os.getppid() != self.pid:
-                os._exit(EXIT_INTERNAL_ERROR)  # the zygote died before it could hand us over
-            # Every Python object the child touches copies the page it is on: this prelude sticks
-            # to C functions and ints (closerange also closes the control socket and the pidfds).
-            if self.control is not None:
-                self.control.detach()
-            self.poller.close()  # the zygote's watch list is not the worker's
-            # Anything else (the broker's netns descriptors and other workers' channels, or what the zygote
-            # inherited by mistake) must not reach a pod's process.
-            low, high = min(worker_fd, broker_fd), max(worker_fd, broker_fd)
-            os.closerange(3, low)
-            os.closerange(low + 1, high)
-            os.closerange(high + 1, self.max_fd)
-            _reset_signals()
-            if self.child_gc_threshold > 0:
-                gc.set_threshold(self.child_gc_threshold)
-                gc.enable()
-            channel = BlockingChannel(socket.socket(fileno=worker_fd))
-            code = worker_main.run(config, channel, socket.socket(fileno=broker_fd), die_with_parent_process=False)
-        except BaseException:  # noqa: BLE001  the child must end here, never return into the zygote loop
-            traceback.print_exc()
-        finally:
-            logging.shutdown()
-            os._exit(code)
-
-
-# Handlers as the interpreter set them before the zygote touched any, restored in children.
-# _signal's raw ints and handlers: signal.signal() would convert through enums in every child.
-_STARTUP_HANDLERS = tuple((int(sig), _signal.getsignal(sig))
-                          for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE))
-
-
-def _reset_signals() -> None:
-    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
-    for signum, handler in _STARTUP_HANDLERS:
-        _signal.signal(signum, handler if handler is not None else _signal.SIG_DFL)
-
-
-def _warm_up_once() -> None:
-    for _ in range(12):
-        _reset_signals()  # what each child runs first, while the handlers are still the startup ones
-    warm_up()
-
-
-def _warm_up(relocate: bool) -> None:
-    """Runs the worker's code here, before any fork (probe_zygote/prefork.py says why). With
-    relocate, a first, profiled run finds the code a worker runs, that code is copied into
-    fresh pages, packed (fill the holes first, or the copies would land in them), and the
-    second run warms the copies up."""
-    if relocate:
-        hot = executed_code(_warm_up_once)
-        gc.collect()
-        fill_pool_holes()
-        fill_malloc_holes()
-        relocate_code(hot)
-    _warm_up_once()
-
-
-def _merge_pages() -> None:
-    """Opts this process and every worker forked from it into KSM (Linux >= 6.4). Pages a worker
-    copied but left identical (reference counts back where they were) are merged again, if the
-    node runs ksmd (/sys/kernel/mm/ksm/run = 1): a node-wide choice, hence off by default."""
-    if _libc.prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0:
-        log.warning("KSM merging not enabled: prctl(PR_SET_MEMORY_MERGE): %s", os.strerror(ctypes.get_errno()))
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="probe_zygote.main", description="cri-probe-shim worker zygote")
@@ -415,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     control.setblocking(True)
     if args.warm_up:
         try:
-            _warm_up(args.relocate)
+            warm_up(args.relocate)
         except Exception:  # noqa: BLE001  only memory is at stake: workers still work cold
             log.exception("zygote warm-up failed; workers will start cold")
     # The daemon decides when the zygote ends (by closing the socket); a terminal's Ctrl-C must not.
@@ -426,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         fill_pool_holes()  # after the collection: it made holes too
         fill_malloc_holes()
     if args.merge_pages:
-        _merge_pages()
+        merge_pages()
     if args.gc_freeze:
         # Frozen objects are never examined by a child's collections, which would otherwise
         # write to every object's GC header (and copy every page) at the first full collection.

@@ -1,18 +1,17 @@
 """The daemon's handle on the worker zygote (the zygote program itself is probe_zygote/main.py).
 
 The daemon starts the zygote first, with `python -m probe_zygote.main --fd N`, and talks to it over a
-SOCK_SEQPACKET socketpair (cri_proto/zygote.proto): one message per packet, so the descriptors passed with
-SCM_RIGHTS stay attached to their message. `Zygote` (asyncio) starts the process, spawns workers, assigns them
-sandboxes (the zygote is their netns broker), resolves each worker's `exited` future and notices the zygote's own
-death. The rules both ends share (packet size, protocol version, handover sockets, WorkerExit) are
-probe_api/zygote_protocol.py's.
+SOCK_SEQPACKET socketpair (cri_proto/zygote.proto), whose reading and answer matching are zygote_channel.py's.
+`Zygote` (asyncio) owns the process: it starts it (or finds an earlier daemon's at its handover socket), asks it
+to spawn workers, assign them sandboxes (the zygote is their netns broker), list and reattach the workers it runs,
+and notices its death from its pidfd. The rules both ends share (packet size, protocol version, handover sockets,
+WorkerExit) are probe_api/zygote_protocol.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
 import signal
@@ -21,17 +20,15 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 from probe_api.defaults import HANDOVER_TIMEOUT_S
-from probe_api.zygote_protocol import (
-    MAX_PACKET,
-    WorkerExit,
-    unix_address,
-)
+from probe_api.zygote_protocol import WorkerExit, unix_address
+from shim.workers.zygote_channel import AdoptableWorker, SpawnedWorker, ZygoteChannel, ZygoteError
+
+__all__ = ["AdoptableWorker", "SpawnedWorker", "Zygote", "ZygoteError"]
 
 log = logging.getLogger(__name__)
 
@@ -39,50 +36,6 @@ START_TIMEOUT_S = 30.0
 SPAWN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
-
-
-# --- the daemon side ----------------------------------------------------------------------
-
-class ZygoteError(Exception):
-    """The zygote could not start, died, or refused a spawn."""
-
-
-@dataclass
-class SpawnedWorker:
-    """A forked worker: the daemon's end of its socketpair, a pidfd, and its exit."""
-
-    pid: int
-    sock: socket.socket | None
-    pidfd: int | None
-    exited: asyncio.Future[WorkerExit] = field(repr=False)
-    started_at_ns: int = 0  # when the zygote forked it
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signals the worker through its pidfd: never another process that reused the pid."""
-        if self.pidfd is None or self.exited.done():
-            return
-        try:
-            signal.pidfd_send_signal(self.pidfd, sig)
-        except ProcessLookupError:
-            pass
-
-    def close(self) -> None:
-        """Releases the pidfd (the socket belongs to whoever took it over)."""
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-@dataclass
-class AdoptableWorker:
-    """A worker running under a zygote this daemon did not start (Adopt): its pidfd, its config, its netns."""
-
-    pid: int
-    config: worker_pb.WorkerConfig
-    sandboxes: dict[str, int]  # sandbox id -> the inode of the netns the broker holds for it
-    pidfd: int | None
-    exited: asyncio.Future[WorkerExit] = field(repr=False)
-    started_at_ns: int = 0
 
 
 class Zygote:
@@ -94,22 +47,15 @@ class Zygote:
                  on_exit: Callable[[WorkerExit], None] | None) -> None:
         self.proc = proc
         self.pid = pid
-        self._control = control
-        self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
-        self._seq = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}  # a Spawn's (pid, pidfd, exited), an Assign's Assigned...
-        self._adopting: dict[int, list[AdoptableWorker]] = {}  # Adoptable answers so far, by the Adopt's seq
-        self._workers: dict[int, asyncio.Future[WorkerExit]] = {}
-        self.hello: asyncio.Future[zygote_pb.Hello] = self._loop.create_future()
         self.died: asyncio.Future[str] = self._loop.create_future()  # why it ended; set once reaped
-        self._lost = False
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except OSError as exc:
             control.close()
             raise ZygoteError(f"zygote {pid} is gone: {exc.strerror}") from None
-        self._loop.add_reader(self._control.fileno(), self._on_readable)
+        self._channel = ZygoteChannel(control, on_exit, on_protocol_error=self._kill)
+        self.hello: asyncio.Future[zygote_pb.Hello] = self._channel.hello
         self._loop.add_reader(self._pidfd, self._on_process_exit)
 
     @classmethod
@@ -183,29 +129,27 @@ class Zygote:
 
     @property
     def alive(self) -> bool:
-        return not self._lost and not self.died.done()
+        return not self._channel.lost and not self.died.done()
 
     async def spawn(self, config: worker_pb.WorkerConfig, timeout_s: float = SPAWN_TIMEOUT_S) -> SpawnedWorker:
         """Forks a worker for `config`. Its first frame on `sock` will be Ready or Fatal."""
         if not self.alive:
             raise ZygoteError("the zygote is not running")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        seq = next(self._seq)
-        reply = self._loop.create_future()
-        self._pending[seq] = reply
-        try:
+        with self._channel.pending() as (seq, reply):
             try:
-                await self._send(zygote_pb.ZygoteRequest(seq=seq, spawn=zygote_pb.Spawn(config=config)), theirs.fileno())
-            finally:
-                theirs.close()  # in flight the descriptor is the kernel's; the child gets the only copy
-            pid, pidfd, exited, started_at_ns = await asyncio.wait_for(reply, timeout_s)
-        except BaseException:
-            ours.close()  # the child, if forked, sees EOF and exits
-            if reply.done() and not reply.cancelled() and reply.exception() is None and reply.result()[1] is not None:
-                os.close(reply.result()[1])
-            raise
-        finally:
-            self._pending.pop(seq, None)
+                try:
+                    await self._channel.send(zygote_pb.ZygoteRequest(seq=seq, spawn=zygote_pb.Spawn(config=config)),
+                                             theirs.fileno())
+                finally:
+                    theirs.close()  # in flight the descriptor is the kernel's; the child gets the only copy
+                pid, pidfd, exited, started_at_ns = await asyncio.wait_for(reply, timeout_s)
+            except BaseException:
+                ours.close()  # the child, if forked, sees EOF and exits
+                if reply.done() and not reply.cancelled() and reply.exception() is None \
+                        and reply.result()[1] is not None:
+                    os.close(reply.result()[1])
+                raise
         return SpawnedWorker(pid=pid, sock=ours, pidfd=pidfd, exited=exited, started_at_ns=started_at_ns)
 
     async def assign(self, worker_pid: int, sandbox_id: str, netns_path: str, *, find_pod_ips: bool = False,
@@ -213,21 +157,16 @@ class Zygote:
         """Lets the worker have sockets in the sandbox's netns (the zygote is the broker); ZygoteError says why not."""
         if not self.alive:
             raise ZygoteError("the zygote is not running")
-        seq = next(self._seq)
-        reply = self._loop.create_future()
-        self._pending[seq] = reply
-        try:
-            await self._send(zygote_pb.ZygoteRequest(seq=seq, assign=zygote_pb.Assign(
+        with self._channel.pending() as (seq, reply):
+            await self._channel.send(zygote_pb.ZygoteRequest(seq=seq, assign=zygote_pb.Assign(
                 worker_pid=worker_pid, sandbox_id=sandbox_id, netns_path=netns_path, find_pod_ips=find_pod_ips)))
             return await asyncio.wait_for(reply, timeout_s)
-        finally:
-            self._pending.pop(seq, None)
 
     async def unassign(self, worker_pid: int, sandbox_id: str) -> None:
         """Takes the sandbox back from the worker (no answer: a dead zygote took it back already)."""
         if self.alive:
             try:
-                await self._send(zygote_pb.ZygoteRequest(unassign=zygote_pb.Unassign(
+                await self._channel.send(zygote_pb.ZygoteRequest(unassign=zygote_pb.Unassign(
                     worker_pid=worker_pid, sandbox_id=sandbox_id)))
             except ZygoteError:
                 pass
@@ -236,37 +175,25 @@ class Zygote:
         """The workers running under this zygote (one forked for an earlier daemon), each with its pidfd."""
         if not self.alive:
             raise ZygoteError("the zygote is not running")
-        seq = next(self._seq)
-        reply = self._pending[seq] = self._loop.create_future()
-        self._adopting[seq] = []
-        try:
-            await self._send(zygote_pb.ZygoteRequest(seq=seq, adopt=zygote_pb.Adopt()))
+        with self._channel.pending(adopt=True) as (seq, reply):
+            await self._channel.send(zygote_pb.ZygoteRequest(seq=seq, adopt=zygote_pb.Adopt()))
             return await asyncio.wait_for(reply, timeout_s)
-        finally:
-            self._pending.pop(seq, None)
-            for worker in self._adopting.pop(seq, None) or []:  # not answered in full: nobody takes these
-                if worker.pidfd is not None:
-                    os.close(worker.pidfd)
 
     async def reattach(self, worker_pid: int, sock: socket.socket, timeout_s: float = SPAWN_TIMEOUT_S) -> None:
         """Passes the worker `sock` (its end of a new socketpair) as its daemon's socket; ZygoteError says why not."""
         if not self.alive:
             raise ZygoteError("the zygote is not running")
-        seq = next(self._seq)
-        reply = self._pending[seq] = self._loop.create_future()
-        try:
-            await self._send(zygote_pb.ZygoteRequest(seq=seq, reattach=zygote_pb.Reattach(worker_pid=worker_pid)),
-                             sock.fileno())
+        with self._channel.pending() as (seq, reply):
+            await self._channel.send(zygote_pb.ZygoteRequest(seq=seq, reattach=zygote_pb.Reattach(
+                worker_pid=worker_pid)), sock.fileno())
             await asyncio.wait_for(reply, timeout_s)
-        finally:
-            self._pending.pop(seq, None)
 
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Stops the zygote and every worker it forked (Shutdown), and reaps it."""
         if self.alive:
             with contextlib.suppress(ZygoteError):
-                await self._send(zygote_pb.ZygoteRequest(shutdown=zygote_pb.Shutdown()))
-        self._connection_lost("zygote closed")
+                await self._channel.send(zygote_pb.ZygoteRequest(shutdown=zygote_pb.Shutdown()))
+        self._channel.lose("zygote closed")
         try:
             await asyncio.wait_for(asyncio.shield(self.died), timeout_s)
         except TimeoutError:
@@ -276,7 +203,7 @@ class Zygote:
     def detach(self) -> None:
         """Leaves the zygote and its workers running for the next daemon (a handover): our end closes without a
         Shutdown. Only for a zygote started with a handover_dir; any other one stops at once."""
-        self._connection_lost("handed over")
+        self._channel.lose("handed over")
         if self._pidfd is not None:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
@@ -289,110 +216,6 @@ class Zygote:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
-    # --- internals ---------------------------------------------------------------------
-
-    async def _send(self, request: zygote_pb.ZygoteRequest, fd: int | None = None) -> None:
-        if self._lost:
-            raise ZygoteError("the zygote is not running")
-        data = request.SerializeToString()
-        while True:
-            try:
-                socket.send_fds(self._control, [data], [] if fd is None else [fd])
-                return
-            except BlockingIOError:
-                writable = self._loop.create_future()
-                self._loop.add_writer(self._control.fileno(), writable.set_result, None)
-                try:
-                    await writable
-                finally:
-                    self._loop.remove_writer(self._control.fileno())
-            except OSError as exc:
-                self._connection_lost(f"zygote connection failed: {exc}")
-                raise ZygoteError("the zygote is not running") from None
-
-    def _on_readable(self) -> None:
-        while not self._lost:
-            try:
-                data, fds, flags, _ = socket.recv_fds(self._control, MAX_PACKET, 1)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                self._connection_lost(f"zygote connection failed: {exc}")
-                return
-            if not data and not fds:
-                self._connection_lost("zygote died")
-                return
-            try:
-                event = zygote_pb.ZygoteEvent.FromString(data)
-                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                    raise ValueError("truncated packet")
-            except Exception as exc:  # noqa: BLE001  a broken zygote is killed and replaced
-                for fd in fds:
-                    os.close(fd)
-                log.error("protocol error from the zygote: %s", exc)
-                self._kill()
-                self._connection_lost("zygote protocol error")
-                return
-            self._dispatch(event, fds)
-
-    def _dispatch(self, event: zygote_pb.ZygoteEvent, fds: list[int]) -> None:
-        kind = event.WhichOneof("msg")
-        reply = self._pending.get(event.seq) if event.seq else None
-        if kind == "hello" and not self.hello.done():
-            self.hello.set_result(event.hello)
-        elif kind == "spawned" and reply is not None and not reply.done():
-            # Tracked now, not when spawn() resumes: the exit may be in the very next packet.
-            exited = self._loop.create_future()
-            self._workers[event.spawned.pid] = exited
-            reply.set_result((event.spawned.pid, fds[0] if fds else None, exited, event.spawned.started_at_unix_ns))
-            return
-        elif kind == "spawn_failed" and reply is not None and not reply.done():
-            reply.set_exception(ZygoteError(event.spawn_failed.message))
-        elif kind == "assigned" and reply is not None and not reply.done():
-            reply.set_result(event.assigned)
-        elif kind == "assign_failed" and reply is not None and not reply.done():
-            reply.set_exception(ZygoteError(event.assign_failed.message))
-        elif kind == "reattached" and reply is not None and not reply.done():
-            reply.set_result(None)
-        elif kind == "adoptable" and event.seq in self._adopting:
-            exited = self._workers.setdefault(event.adoptable.pid, self._loop.create_future())
-            self._adopting[event.seq].append(AdoptableWorker(
-                pid=event.adoptable.pid, config=event.adoptable.config, pidfd=fds[0] if fds else None,
-                sandboxes={a.sandbox_id: a.netns_inode for a in event.adoptable.sandboxes}, exited=exited,
-                started_at_ns=event.adoptable.started_at_unix_ns))
-            fds = fds[1:]
-        elif kind == "adopt_done" and reply is not None and not reply.done():
-            reply.set_result(self._adopting.pop(event.seq, []))
-        elif kind == "exited":
-            ex = event.exited
-            status = WorkerExit(pid=ex.pid, exit_code=None if ex.signal else ex.exit_code, signal=ex.signal or None)
-            self._resolve_exit(status)
-        for fd in fds:  # a pidfd nobody waits for any more (spawn timed out)
-            os.close(fd)
-
-    def _resolve_exit(self, status: WorkerExit) -> None:
-        exited = self._workers.pop(status.pid, None)
-        if exited is not None and not exited.done():
-            exited.set_result(status)
-        if self._on_exit is not None:
-            self._on_exit(status)
-
-    def _connection_lost(self, reason: str) -> None:
-        if self._lost:
-            return
-        self._lost = True
-        self._loop.remove_reader(self._control.fileno())
-        self._control.close()
-        for reply in self._pending.values():
-            if not reply.done():
-                reply.set_exception(ZygoteError(reason))
-        if not self.hello.done():
-            self.hello.set_exception(ZygoteError(reason))
-            self.hello.exception()  # retrieved: start() reports it
-        # Its workers live on (adopted by the daemon), but their exit statuses no longer come from here.
-        for pid in list(self._workers):
-            self._resolve_exit(WorkerExit(pid=pid, reason=reason))
-
     def _on_process_exit(self) -> None:
         self._loop.remove_reader(self._pidfd)
         if self.proc is not None:
@@ -403,7 +226,7 @@ class Zygote:
             returncode, status = None, WorkerExit(pid=self.pid, reason="exited")
         os.close(self._pidfd)
         self._pidfd = None
-        self._connection_lost("zygote died")
+        self._channel.lose("zygote died")
         reason = f"zygote {status.describe()}"
         if not self.died.done():
             self.died.set_result(reason)
