@@ -4,12 +4,15 @@ A kubelet probe's output is a Go error's Error(): operators grep for these strin
 failures with the same few functions, kept here in one place whichever probe meets them:
   - net: a dial (`dial tcp 10.0.0.1:80: connect: connection refused`), a lookup, a read or write on an established
     connection (net.OpError), with syscall.Errno's spelling (`errno_text`);
-  - net/http's client: the url.Error around every failure (`Get "URL": ...`), its timeouts, a broken HTTP/1.x
-    transport, the scheme mismatch an HTTPS request answered in plain HTTP reports;
+  - context: the deadline every call bounded by the probe's timeout ends with;
+  - net/http's client: the url.Error around every failure (`Get "URL": ...`), its timeouts, what its transport
+    refuses before dialing, a broken HTTP/1.x transport, the scheme mismatch of an HTTPS request answered in plain
+    HTTP;
   - crypto/tls: alerts and local failures (`tls_error_text`, from OpenSSL's reason codes) and the check of the
     server's first record (`first_record_error`);
   - x/net/http2's ErrCode names (the HTTP/2 probe's errors and grpc-go's RST_STREAM text both print them);
-  - strconv.ParseInt's errors and net/http's StatusText, which grpc-go quotes in its statuses.
+  - strconv's errors (a port name read as a number, grpc-go's statuses) and net/http's StatusText (grpc-go's
+    statuses quote it).
 The rules that decide WHEN a probe fails are beside each probe (probes/http/, probes/grpc/); Go's formatting of
 values (quoting, durations, host:port) is probe_api.gostrings', which the daemon shares.
 """
@@ -21,6 +24,10 @@ import os
 import re
 
 from probe_api.gostrings import go_quote, join_host_port
+
+# context.DeadlineExceeded.Error(): what every Go call bounded by the probe's deadline ends with.
+CONTEXT_DEADLINE = "context deadline exceeded"
+
 
 # ---------------------------------------------------------------------------
 # net
@@ -62,9 +69,8 @@ def net_op_error(op: str, local: str, remote: str, exc: OSError) -> str:
 # ---------------------------------------------------------------------------
 # net/http's client
 
-TIMEOUT_AWAITING_HEADERS = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-TIMEOUT_READING_BODY = "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
 SCHEME_MISMATCH = "http: server gave HTTP response to HTTPS client"
+NO_HOST = "http: no Host in request URL"
 
 
 def url_error(url: str, error: str) -> str:
@@ -75,6 +81,22 @@ def url_error(url: str, error: str) -> str:
 def awaiting_headers(error: str) -> str:
     """Client.do's suffix when the client timeout expired before the response headers."""
     return f"{error} (Client.Timeout exceeded while awaiting headers)"
+
+
+TIMEOUT_AWAITING_HEADERS = awaiting_headers(CONTEXT_DEADLINE)
+TIMEOUT_READING_BODY = f"{CONTEXT_DEADLINE} (Client.Timeout or context cancellation while reading body)"
+
+
+def unsupported_scheme(scheme: str) -> str:
+    return f"unsupported protocol scheme {go_quote(scheme)}"
+
+
+def invalid_header_name(key: str) -> str:
+    return f"net/http: invalid header field name {go_quote(key)}"
+
+
+def invalid_header_value(key: str) -> str:
+    return f"net/http: invalid header field value for {go_quote(key)}"
 
 
 def transport_broken(error: str) -> str:
@@ -137,14 +159,19 @@ def http2_error_name(code: int) -> str:
 # strconv
 
 
+def strconv_error(func: str, text: str, reason: str) -> str:
+    """strconv.NumError: `strconv.Atoi: parsing "x": invalid syntax`."""
+    return f"strconv.{func}: parsing {go_quote(text)}: {reason}"
+
+
 def go_parse_int32(text: str) -> tuple[int | None, str]:
     """strconv.ParseInt(text, 10, 32): (value, "") or (None, Go's error text)."""
     digits = text[1:] if text[:1] in "+-" else text
     if not digits or not digits.isascii() or not digits.isdigit():
-        return None, f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax"
+        return None, strconv_error("ParseInt", text, "invalid syntax")
     value = int(text)
     if not -(2**31) <= value < 2**31:
-        return None, f"strconv.ParseInt: parsing {go_quote(text)}: value out of range"
+        return None, strconv_error("ParseInt", text, "value out of range")
     return value, ""
 
 

@@ -11,7 +11,8 @@ import re
 from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.validation import go_quote
+from probe_api.gostrings import go_quote
+from probe_worker.go_errors import strconv_error
 
 # strconv.Atoi: optional sign, ASCII digits only (Python's int() would also take
 # spaces, underscores and non-ASCII digits).
@@ -48,7 +49,7 @@ def _port_by_name(name: str, container_ports: Sequence[spec_pb.ContainerPort]) -
     if _GO_ATOI_RE.fullmatch(name):
         number = int(name)
         if not _INT64_MIN <= number <= _INT64_MAX:
-            raise PortError(f"strconv.Atoi: parsing {go_quote(name)}: value out of range")
+            raise PortError(strconv_error("Atoi", name, "value out of range"))
         return number
     # The kubelet returns the Atoi error here (`strconv.Atoi: parsing "http": invalid
     # syntax`), which hides the real problem; we say what went wrong instead.

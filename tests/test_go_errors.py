@@ -109,3 +109,16 @@ def test_http2_error_names_are_x_net_http2s():
     assert go_errors.http2_error_name(0x7) == "REFUSED_STREAM"
     assert go_errors.http2_error_name(0xD) == "HTTP_1_1_REQUIRED"
     assert go_errors.http2_error_name(0xE) == "unknown error code 0xe"
+
+
+def test_strconv_num_error_text():
+    assert go_errors.strconv_error("Atoi", "99999999999999999999", "value out of range") == (
+        'strconv.Atoi: parsing "99999999999999999999": value out of range'
+    )
+
+
+def test_every_deadline_text_is_contexts():
+    assert go_errors.CONTEXT_DEADLINE == "context deadline exceeded"
+    assert go_errors.TIMEOUT_READING_BODY == (
+        "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+    )

@@ -29,7 +29,7 @@ from probe_api import grpc_codes as codes
 from probe_api.gostrings import go_duration, join_host_port
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
 from probe_worker.connect import ConnectError, close_quietly, connect
-from probe_worker.go_errors import net_op_error
+from probe_worker.go_errors import CONTEXT_DEADLINE, net_op_error
 from probe_worker.probes.grpc import rules, unary_call, wire
 from probe_worker.tls_stream import GRPC_TLS, Stream, StreamError
 
@@ -231,7 +231,7 @@ async def _handshake(sock: socket.socket, address: str, ctx: AttemptContext) -> 
             if stream.alpn != "h2":
                 phase.error = rules.MISSING_ALPN
         except TimeoutError:
-            phase.error = "context deadline exceeded"
+            phase.error = CONTEXT_DEADLINE
         except StreamError as exc:
             phase.error = str(exc)
     if phase.error:

@@ -21,6 +21,7 @@ from cri_proto import grpc_health_pb2 as health_pb
 from probe_api.gostrings import go_duration, go_quote
 from probe_api.grpc_codes import DEADLINE_EXCEEDED, INTERNAL, UNIMPLEMENTED, serving_status_of
 from probe_worker.attempt import FAILURE, SUCCESS, Outcome
+from probe_worker.go_errors import CONTEXT_DEADLINE
 from probe_worker.probes.grpc.unary_call import RpcError
 
 # google.golang.org/grpc version in kubelet 1.32's go.mod; grpc-go appends
@@ -157,5 +158,5 @@ def rpc_error_output(error: RpcError, timeout_ns: int) -> str:
 
 def dial_timeout_output(target: str, timeout_ns: int) -> str:
     """DialContext with WithBlock gives up only when the probe deadline passes."""
-    return f"timeout: failed to connect service {go_quote(target)} within {go_duration(timeout_ns)}: context deadline exceeded"
+    return f"timeout: failed to connect service {go_quote(target)} within {go_duration(timeout_ns)}: {CONTEXT_DEADLINE}"
 

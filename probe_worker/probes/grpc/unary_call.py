@@ -19,7 +19,7 @@ from probe_api.grpc_codes import (
     CANCELED, DEADLINE_EXCEEDED, INTERNAL, OK, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED, UNAVAILABLE,
     UNIMPLEMENTED, UNKNOWN, code_name,
 )
-from probe_worker.go_errors import GO_STATUS_TEXT, go_parse_int32, http2_error_name
+from probe_worker.go_errors import CONTEXT_DEADLINE, GO_STATUS_TEXT, go_parse_int32, http2_error_name
 
 # A real HealthCheckResponse is at most a few bytes; grpc-go's own limit (4 MiB) is far beyond what a probe may
 # buffer from a possibly hostile server.
@@ -54,7 +54,7 @@ class RpcError:
         return f"rpc error: code = {code_name(self.code)} desc = {self.message}"
 
 
-DEADLINE = RpcError(DEADLINE_EXCEEDED, "context deadline exceeded")
+DEADLINE = RpcError(DEADLINE_EXCEEDED, CONTEXT_DEADLINE)
 # grpc-go 1.65 returns io.EOF itself from a unary call that got status OK and no message.
 BARE_EOF = RpcError(UNKNOWN, "EOF", is_status=False)
 

@@ -18,8 +18,10 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from probe_api.gostrings import go_quote, join_host_port
-from probe_worker.go_errors import invalid_port_error
+from probe_api.gostrings import join_host_port
+from probe_worker.go_errors import (
+    NO_HOST, invalid_header_name, invalid_header_value, invalid_port_error, unsupported_scheme,
+)
 from probe_worker.probes.http.headers import (
     Header, clean_value, has_token, punycode_host_port, remove_zone, valid_header_name, valid_header_value,
     valid_host_header, values_contain_token,
@@ -122,13 +124,13 @@ def preflight_error(request: ProbeRequest) -> str | None:
     if scheme in ("http", "https"):
         for key in sorted(request.header.keys()):  # Go walks a map; sorted keeps it deterministic
             if not valid_header_name(key):
-                return f"net/http: invalid header field name {go_quote(key)}"
+                return invalid_header_name(key)
             if not all(valid_header_value(v) for v in request.header.values(key)):
-                return f"net/http: invalid header field value for {go_quote(key)}"
+                return invalid_header_value(key)
     else:
-        return f"unsupported protocol scheme {go_quote(scheme)}"
+        return unsupported_scheme(scheme)
     if request.url.host == "":
-        return "http: no Host in request URL"
+        return NO_HOST
     return None
 
 
