@@ -1,6 +1,12 @@
 """Probe kinds, one executor each, all with the signature of probe_worker.attempt.ProbeFn.
 
-tcp.py is one module; http/ and grpc/ hold their executor beside its pure rules and wire code."""
+tcp.py is one module; http/ and grpc/ hold their executor (the I/O) beside the pure rules it applies:
+  http/: request.py, headers.py, url.py with url_escape.py (the request), response.py (the response and its
+         redirects), hooks.py (a lifecycle hook's own rules), and one exchange per HTTP version, h1_exchange.py
+         (h11) and h2_exchange.py with h2_rules.py;
+  grpc/: rules.py (request, dial backoff, the kubelet's outputs), unary_call.py (grpc-go's view of the call),
+         wire.py (the HTTP/2 bytes).
+Go's error texts, which every kind prints, are probe_worker/go_errors.py's."""
 
 from __future__ import annotations
 

@@ -135,6 +135,10 @@ def drain_budget(content_length: int | None) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------
+# The result (kubelet DoHTTPProbe)
+
+
 def response_outcome(status: int, body: bytes) -> tuple[int, str]:
     """kubelet DoHTTPProbe: 2xx SUCCESS with the body, 3xx WARNING, anything else FAILURE."""
     text = body[:MAX_BODY_BYTES].decode("utf-8", errors="replace")
@@ -150,6 +154,10 @@ def body_error_outcome(error: str) -> tuple[int, str]:
     """A body read error is a prober error in the kubelet (DoHTTPProbe returns ReadAtMost's err as it is): the
     worker throws the result away, and the error's own text is what the kubelet shows (its event's `%s`)."""
     return UNKNOWN, error
+
+
+# ---------------------------------------------------------------------------
+# The HTTP/1.1 status line, as Go's reader judges it (h11 judges it otherwise)
 
 
 def go_status_line(line: bytes) -> int | str:
