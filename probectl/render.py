@@ -329,9 +329,17 @@ def message_dict(message) -> dict:
                            json_format.MessageToDict(message, always_print_fields_with_no_presence=True))
 
 
+# Shown even when unset, with every field: a probe's status before anything was observed reads as Kubernetes shows
+# an object's `status: {}` would, and a reader of `status.state` never meets a missing key.
+_ALWAYS_SHOWN = {service_pb.ProbeStatus.DESCRIPTOR.full_name: service_pb.ProbeStatus}
+
+
 def _in_field_order(descriptor, data: dict) -> dict:
     ordered = {}
     for field in sorted(descriptor.fields, key=lambda f: f.number):
+        shown = _ALWAYS_SHOWN.get(field.message_type.full_name) if field.message_type is not None else None
+        if field.json_name not in data and shown is not None and not field.is_repeated:
+            data[field.json_name] = json_format.MessageToDict(shown(), always_print_fields_with_no_presence=True)
         if field.json_name not in data:
             continue
         value = data[field.json_name]

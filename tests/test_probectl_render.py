@@ -334,6 +334,11 @@ def test_json_is_crictls_protojson_and_yaml_the_same_data():
     assert yaml.safe_load(render.structured(data, "yaml")) == data
 
 
+def test_json_shows_a_probes_status_before_anything_was_observed():
+    data = render.message_dict(service_pb.WatchProbeStatusResponse(probe=service_pb.Probe(probe_id="x")))
+    assert data["probe"]["status"]["state"] == "STATE_UNKNOWN" and data["probe"]["status"]["onHold"] is False
+
+
 def test_json_fields_come_in_field_number_order_like_gos_protojson():
     probe = service_pb.Probe(probe_id="x", spec=spec_pb.ProbeSpec(period_ms=5))
     probe.status.last_attempt.phases.add(name="connect").children.add(name="inner")
