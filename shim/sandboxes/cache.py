@@ -1,4 +1,5 @@
-"""ExecProbe's memory of resolved pod sandboxes: one CRI PodSandboxStatus per sandbox, not one per call.
+"""The memory of resolved pod sandboxes for ExecProbe and the kubelet bridge (held by the daemon's one sandbox
+directory, directory.py): one CRI PodSandboxStatus per sandbox, not one per call.
 
 Resolving a sandbox over CRI (verbose PodSandboxStatus, then parsing the runtime's JSON) costs about 1 ms, more
 than everything else ExecProbe does on a warm worker. What it yields cannot change while the sandbox lives: a

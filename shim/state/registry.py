@@ -4,7 +4,9 @@ RunProbe and StopProbe land here from the API; the registry writes the store
 first (an acknowledged probe survives a crash), then the status board, then tells
 the supervisor. What the workers report goes to the results manager (results.py),
 the supervisor's sink, never back here. Sandbox life comes from the CRI proxy
-(`sandbox_event`) and from the periodic `reconcile`.
+(`sandbox_event`) and from the periodic `reconcile`; what is known of a sandbox (its
+resolution, identity, and whether the kubelet stopped it) is the daemon's one sandbox
+directory (shim/sandboxes/directory.py), which the bridge and the results manager share.
 """
 
 from __future__ import annotations
