@@ -26,6 +26,8 @@ WORKER_OWNED = frozenset({
 _NAMES = frozenset(field.name for field in ProbeStatus.DESCRIPTOR.fields)
 if not WORKER_OWNED <= _NAMES:  # a renamed field must not silently leave the worker's hands
     raise ImportError(f"WORKER_OWNED names fields ProbeStatus lacks: {sorted(WORKER_OWNED - _NAMES)}")
+# Everything else, a field added later included: what a worker keeps as given and hands back.
+DAEMON_OWNED = _NAMES - WORKER_OWNED
 
 
 def copy_status(src: ProbeStatus, dst: ProbeStatus, only: Collection[str] | None = None) -> None:

@@ -24,7 +24,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import count_attempt
-from probe_api.status import status_copy
+from probe_api.status import DAEMON_OWNED, status_copy
 from probe_api.validation import Timing, effective_timing
 from probe_worker.prober import Prober
 from probe_worker.scheduling import PhaseGrid, gate
@@ -40,7 +40,7 @@ class _Probe:
     tracker: ThresholdTracker
     started_at_ms: float              # container start, on the event loop's clock
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-    # The status the daemon started it from: handed back in a Snapshot, with the worker's own fields over it.
+    # The daemon's fields of the status it started the probe from (DAEMON_OWNED), handed back in a Snapshot as given.
     given: service_pb.ProbeStatus = field(default_factory=service_pb.ProbeStatus)
     # What a daemon adopting this worker needs besides the tracker (Snapshot): counted here, not only by the
     # daemon, so that events lost with a daemon that died do not make the totals wrong. The last attempt is held
@@ -50,7 +50,7 @@ class _Probe:
     state_changed_at_ns: int = 0
 
     def status(self) -> service_pb.ProbeStatus:
-        """Where the probe stands: the given status with the fields the worker owns (WORKER_OWNED) as it has them."""
+        """Where the probe stands: the daemon's fields as given, the worker's own (WORKER_OWNED) as it has them."""
         t = self.tracker
         out = status_copy(self.given)
         out.state, out.state_changed_at = t.state, self.state_changed_at_ns
@@ -59,8 +59,6 @@ class _Probe:
         out.totals.CopyFrom(self.totals)
         if self.last_attempt is not None:
             out.last_attempt.CopyFrom(self.last_attempt)
-        else:
-            out.ClearField("last_attempt")
         return out
 
 
@@ -106,7 +104,8 @@ class ProbeManager:
         stored.ClearField("status")
         probe = _Probe(reg=stored, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
         if resumed:
-            p = probe.given = status_copy(reg.status)
+            p = reg.status
+            probe.given = status_copy(p, only=DAEMON_OWNED)  # not its last attempt: replaced at the first attempt
             tracker.resume(p.state, p.consecutive_successes, p.consecutive_failures, p.on_hold)
             probe.totals.CopyFrom(p.totals)
             probe.last_attempt = p.last_attempt if p.HasField("last_attempt") else None
