@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 import grp
@@ -87,3 +89,33 @@ def test_metrics_beyond_loopback_warns(listen, warns):
     if warns:
         assert "beyond loopback" in warning and "127.0.0.1" in warning
     assert metrics_exposure_warning(Config().metrics_listen) is None
+
+
+def test_the_workers_settings_are_one_frozen_object_built_from_the_config(tmp_path):
+    from probe_api.defaults import HANDOVER_TIMEOUT_S
+    from shim.workers.settings import WorkerSettings
+
+    defaults = WorkerSettings()
+    c = load(None, {})
+    # The config's defaults for the workers' keys are WorkerSettings' own (written once).
+    assert (c.heartbeat_timeout_s, c.worker_isolation, c.sandboxes_per_worker, c.user_agent_version, c.worker_uid,
+            c.worker_gid, c.handover_timeout_s) == (
+        defaults.heartbeat_timeout_s, defaults.isolation, defaults.sandboxes_per_worker, defaults.user_agent_version,
+        defaults.run_as_uid, defaults.run_as_gid, HANDOVER_TIMEOUT_S)
+    assert c.worker_settings() == WorkerSettings(handover_dir="/var/lib/probe-shim/workers")
+    f = tmp_path / "shim.toml"
+    f.write_text('worker_isolation = "sandbox"\nheartbeat_timeout_s = 2\nhandover_timeout_s = 0\n')
+    settings = load(str(f), {"state_dir": str(tmp_path)}).worker_settings()
+    assert (settings.isolation, settings.capacity, settings.heartbeat_timeout_s) == ("sandbox", 1, 2.0)
+    assert settings.handover_dir == "" and not settings.outlives_daemon  # 0: workers end with the daemon
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.isolation = "pooled"
+
+
+def test_a_worker_is_spawned_with_the_settings_and_its_groups_place():
+    from shim.workers.settings import WorkerSettings
+
+    config = WorkerSettings(sandboxes_per_worker=32, handover_dir="/x").worker_config(
+        group="web#1", tenancy="web", restarts=3)
+    assert (config.group, config.tenancy, config.restarts, config.outlives_daemon) == ("web#1", "web", 3, True)
+    assert config.max_open_files == 64 * 32 and config.run_as_uid == 65534 and config.heartbeat_interval_ms == 1000
