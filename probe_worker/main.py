@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import KUBELET_VERSION, WORKER_GID, WORKER_UID
+from probe_api.defaults import HEARTBEAT_INTERVAL_MS, KUBELET_VERSION, WORKER_GID, WORKER_OPEN_FILES, WORKER_UID
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, validate_registration, validate_run_once
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.group import SandboxGroup, UnknownSandbox
@@ -46,8 +46,8 @@ from probe_worker.socket_source import BrokerSockets
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MEMORY = 256 << 20
-DEFAULT_MAX_FILES = 1024
-DEFAULT_HEARTBEAT_MS = 1000
+DEFAULT_MAX_FILES = WORKER_OPEN_FILES
+DEFAULT_HEARTBEAT_MS = HEARTBEAT_INTERVAL_MS
 CONFIG_TIMEOUT_S = 30
 EXIT_BROKER_GONE = 3
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from probe_api.defaults import WORKER_OPEN_FILES
+
 POOLED = "pooled"
 STRICT = "sandbox"
 ISOLATION_MODES = (POOLED, STRICT)
@@ -21,7 +23,6 @@ DEFAULT_TENANCY_NAME = "default"  # how a group of the embedded mode's one tenan
 # Descriptors a worker may need per sandbox: its ready sockets (probe_worker/socket_source.py keeps up to a batch
 # and a low-water mark per address family) and its probes' connections in flight, with room to spare.
 OPEN_FILES_PER_SANDBOX = 64
-MIN_OPEN_FILES = 1024
 
 
 @dataclass(frozen=True)
@@ -65,4 +66,4 @@ def embedded_tenancy(netns_name: str, separator: str) -> str:
 
 def worker_open_files(capacity: int) -> int:
     """RLIMIT_NOFILE for a worker serving up to `capacity` sandboxes: the workers' usual 1024, more for big groups."""
-    return max(MIN_OPEN_FILES, OPEN_FILES_PER_SANDBOX * capacity)
+    return max(WORKER_OPEN_FILES, OPEN_FILES_PER_SANDBOX * capacity)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import HANDOVER_TIMEOUT_S, KUBELET_VERSION, WORKER_GID, WORKER_UID
+from probe_api.defaults import HANDOVER_TIMEOUT_S, HEARTBEAT_INTERVAL_MS, KUBELET_VERSION, WORKER_GID, WORKER_UID
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from shim.workers.backoff import BackoffPolicy
 from shim.workers.connection import REQUEST_TIMEOUT_S
@@ -23,7 +23,7 @@ class WorkerSettings:
     isolation: str = POOLED  # groups.py: POOLED, or STRICT (a worker per sandbox)
     sandboxes_per_worker: int = DEFAULT_SANDBOXES_PER_WORKER
     # The worker sends a heartbeat when it has sent nothing for this long; the daemon one when it has heard nothing.
-    heartbeat_interval_ms: int = 1000
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     heartbeat_timeout_s: float = 5.0  # no frame for this long: the worker is hung, and replaced
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)  # restarts: workers, zygotes, attachments
     start_timeout_s: float = 10.0  # from the spawn to the worker's Ready
