@@ -46,7 +46,8 @@ from probe_api.handler_flags import (
     IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action, tcp_socket_action,
 )
 from probe_api.handlers import InvalidField, handler_spec, kubernetes_error
-from probe_api.validation import FieldError, probe_errors
+from probe_api.field_errors import FieldError
+from probe_api.validation import probe_errors
 
 PROBE_ROLES: dict[str, int] = PROBE_TYPES  # a probe's role is its kubelet probe name
 HOOK_ROLES: tuple[str, ...] = ("postStart", "preStop")

@@ -16,18 +16,17 @@ Our additions to the Kubernetes rules, each marked `# addition` below:
 - unknown enum numbers (probe type, target, ip_family) are reported as unsupported;
 - size limits on every string and list Kubernetes leaves unbounded, an upper bound on
   durations, and a path that must start with "/" (the MAX_* constants below); values
-  echoed in messages are cut to MAX_ECHOED_BYTES.
+  echoed in messages are cut to MAX_ECHOED_BYTES (field_errors.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.gostrings import go_quote
+from probe_api.field_errors import OMIT_VALUE, FieldError
 
 # SetDefaults_Probe (pkg/apis/core/v1/defaults.go); 0 means "not set" in our proto.
 DEFAULT_TIMEOUT_MS = 1_000
@@ -55,9 +54,6 @@ MAX_GRPC_SERVICE_BYTES = 1024
 # The longest duration a Kubernetes Probe can hold (int32 seconds), in ms: anything the
 # API server accepts is accepted here, and ms * 1e6 stays far inside int64 nanoseconds.
 MAX_DURATION_MS = (2**31 - 1) * 1000
-# Error messages go back as gRPC status details (clients cap metadata at 8 KiB) and into
-# logs: a bad value is quoted only up to this many bytes.
-MAX_ECHOED_BYTES = 256
 
 _HANDLER_FIELDS = ("exec", "http_get", "tcp_socket", "grpc")  # validateHandler's order
 _PROBE_TYPE_NAMES = {spec_pb.LIVENESS: "LIVENESS", spec_pb.READINESS: "READINESS",
@@ -318,100 +314,3 @@ def _validate_enum(path: str, value: int, enum) -> list[FieldError]:
     if value in enum.values():
         return []
     return [FieldError.not_supported(path, value, tuple(enum.keys()))]
-
-
-@dataclass(frozen=True)
-class PrintedValue:
-    """A bad value already printed the Go way (a FieldViolation's value): shown as it is."""
-
-    text: str
-
-
-class _OmitValue:
-    """field.omitValue: the body shows the error type without the bad value."""
-
-
-OMIT_VALUE = _OmitValue()
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """k8s.io/apimachinery/pkg/util/validation/field.Error, printed exactly like Error()."""
-
-    REQUIRED = "Required value"
-    INVALID = "Invalid value"
-    NOT_SUPPORTED = "Unsupported value"
-    FORBIDDEN = "Forbidden"
-    TOO_LONG = "Too long"
-    TOO_MANY = "Too many"
-
-    type: str
-    path: str
-    bad_value: object = OMIT_VALUE
-    detail: str = ""
-
-    @classmethod
-    def required(cls, path: str, detail: str = "") -> FieldError:
-        return cls(cls.REQUIRED, path, OMIT_VALUE, detail)
-
-    @classmethod
-    def forbidden(cls, path: str, detail: str) -> FieldError:
-        return cls(cls.FORBIDDEN, path, OMIT_VALUE, detail)
-
-    @classmethod
-    def invalid(cls, path: str, value: object, detail: str) -> FieldError:
-        return cls(cls.INVALID, path, value, detail)
-
-    @classmethod
-    def not_supported(cls, path: str, value: object, supported: Sequence[str]) -> FieldError:
-        detail = ""
-        if supported:
-            detail = "supported values: " + ", ".join(go_quote(s) for s in supported)
-        return cls(cls.NOT_SUPPORTED, path, value, detail)
-
-    @classmethod
-    def too_long(cls, path: str, max_bytes: int) -> FieldError:
-        """field.TooLong: the value is not shown (it is what was too long)."""
-        return cls(cls.TOO_LONG, path, OMIT_VALUE, f"may not be more than {max_bytes} bytes")
-
-    @classmethod
-    def too_many(cls, path: str, count: int, max_count: int) -> FieldError:
-        return cls(cls.TOO_MANY, path, count, f"must have at most {max_count} items")
-
-    def with_path(self, path: str, bad_value: object = OMIT_VALUE) -> FieldError:
-        """The same error under another name (and, when given, with its value shown another way)."""
-        return dataclasses.replace(self, path=path,
-                                   bad_value=self.bad_value if bad_value is OMIT_VALUE else bad_value)
-
-    def value_text(self) -> str:
-        """The bad value as the body prints it; "" when the body does not show it."""
-        if self.type in (self.REQUIRED, self.FORBIDDEN, self.TOO_LONG) or self.bad_value is OMIT_VALUE:
-            return ""
-        return _go_value(self.bad_value)
-
-    def body(self) -> str:
-        """ErrorBody(): Required, Forbidden and Too long never show the value."""
-        text = self.type
-        if value := self.value_text():
-            text += ": " + value
-        if self.detail:
-            text += ": " + self.detail
-        return text
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.body()}"
-
-
-def _go_value(value: object) -> str:
-    if isinstance(value, PrintedValue):
-        return value.text
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        encoded = value.encode("utf-8", "surrogatepass")
-        if len(encoded) > MAX_ECHOED_BYTES:  # addition; "ignore" drops a character cut in half
-            return go_quote(encoded[:MAX_ECHOED_BYTES].decode("utf-8", "ignore")) + "..."
-        return go_quote(value)
-    return str(value)

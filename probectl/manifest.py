@@ -34,7 +34,8 @@ from probe_api.handler_flags import PROBE_TYPES
 from probe_api.handlers import (
     HANDLER_FIELDS, TIMING, InvalidField, handler_spec, integer_at, kubernetes_error, mapping_at, shown, string_at,
 )
-from probe_api.validation import OMIT_VALUE, FieldError, PrintedValue, probe_errors
+from probe_api.field_errors import OMIT_VALUE, FieldError, PrintedValue
+from probe_api.validation import probe_errors
 from probe_api.workloads import POD_SPEC_PATHS, find_pod_spec, json_kind, object_name
 
 PROBE_FIELDS = tuple((f"{name}Probe", probe_type) for name, probe_type in PROBE_TYPES.items())  # livenessProbe

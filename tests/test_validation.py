@@ -6,11 +6,11 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as pb
 from probe_api import validation as V
+from probe_api.field_errors import FieldError
+from probe_api.gostrings import go_quote
 from probe_api.validation import (
-    FieldError,
     Timing,
     effective_timing,
-    go_quote,
     port_name_errors,
     validate_probe,
 )

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.pod_loopback import is_pod_loopback
-from probe_api.validation import FieldError, probe_errors, texts
+from probe_api.field_errors import FieldError
+from probe_api.validation import probe_errors, texts
 
 # Size limits of the request's own fields. A registration is kept in memory, in the
 # store and sent to every watcher: each field is bounded, far above any real value.
