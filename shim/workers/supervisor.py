@@ -41,7 +41,7 @@ from shim.workers.groups import GroupView, choose_group, new_group_name
 from shim.workers.records import Attachment, Member, SandboxTarget, WorkerRejected
 from shim.workers.settings import WorkerSettings
 from shim.workers.zygote_handle import Zygote
-from shim.workers.zygote_pool import ZygoteFactory, ZygotePool
+from shim.workers.zygote_pool import Adoption, ZygoteFactory, ZygotePool
 
 __all__ = ["SandboxTarget", "WorkerRejected", "WorkerSettings", "WorkerSupervisor", "WorkerUnavailable"]
 
@@ -79,9 +79,9 @@ class WorkerSupervisor:
     async def finish_adoption(self, timeout_s: float = ADOPT_TIMEOUT_S) -> int:
         """The registrations are back: every adopted worker some sandbox needs is taken over (returns once each is,
         or has failed, within timeout_s), and the others are stopped. Returns how many were taken over."""
-        adopted = [g.life for g in self._groups.values() if g.life.adoption is not None and not g.life.started]
+        adopted = [g for g in self._groups.values() if g.life.adoption is not None and not g.life.started]
         waits: list[asyncio.Future] = []
-        for group in [g for g in self._groups.values() if g.life in adopted]:
+        for group in adopted:
             if group.members:
                 group.life.start()
                 waits.append(group.life.taken_over)
@@ -91,8 +91,8 @@ class WorkerSupervisor:
                 waits.append(asyncio.create_task(group.life.discard(), name=f"stop {group.name}"))
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
-        return sum(1 for life in adopted if life.taken_over is not None and life.taken_over.done()
-                   and life.conn is not None)
+        return sum(1 for g in adopted if g.life.taken_over is not None and g.life.taken_over.done()
+                   and g.life.conn is not None)
 
     @property
     def zygote(self) -> Zygote | None:
@@ -265,7 +265,7 @@ class WorkerSupervisor:
 
     # --- groups and their sandboxes ----------------------------------------------------------------
 
-    def _new_group(self, name: str, tenancy: str, adoption=None) -> Group:
+    def _new_group(self, name: str, tenancy: str, adoption: Adoption | None = None) -> Group:
         return Group(name, tenancy, self._settings, self._zygotes, self._outlets, adoption)
 
     def _member(self, target: SandboxTarget) -> Member:
