@@ -8,8 +8,9 @@ retried the same way). Only this group pauses: its sandboxes wait, every other g
 
 `WorkerLife` owns the process (shim/workers/process.py), the connection (shim/workers/connection.py), the
 backoff and the worker's status; it knows nothing of sandboxes or probes. Those are its host's
-(shim/workers/group.py), which it calls at each step of a life (`LifeHost`), as the kubelet's prober worker
-(worker.go) reports to its manager (prober_manager.go) and never the other way round.
+(shim/workers/group.py), which it calls at each step of a life (`LifeHost`: six calls). The supervisor only
+starts it, stops it, lets go of it (a handover) or discards an adopted worker nobody needs, as the kubelet's
+prober manager (prober_manager.go) does its workers (worker.go).
 """
 
 from __future__ import annotations
