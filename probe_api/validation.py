@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
+# core.HTTPProtocol (KEP-5999) and core.GRPCProbeMode (KEP-4939) values, already sorted as sets.List sorts them.
+from probe_api.cli_names import GRPC_MODE_NAMES, HTTP_PROTOCOL_NAMES
 from probe_api.field_errors import OMIT_VALUE, FieldError
 
 # SetDefaults_Probe (pkg/apis/core/v1/defaults.go); 0 means "not set" in our proto.
@@ -59,8 +61,6 @@ _HANDLER_FIELDS = ("exec", "http_get", "tcp_socket", "grpc")  # validateHandler'
 _PROBE_TYPE_NAMES = {spec_pb.LIVENESS: "LIVENESS", spec_pb.READINESS: "READINESS",
                      spec_pb.STARTUP: "STARTUP"}
 _SCHEME_NAMES = ("HTTP", "HTTPS")  # sets.List(supportedHTTPSchemes): sorted
-HTTP_PROTOCOL_NAMES = ("HTTP1", "HTTP2")  # core.HTTPProtocol values (KEP-5999), sorted as sets.List sorts them
-GRPC_MODE_NAMES = ("Plaintext", "TLS")  # core.GRPCProbeMode values (KEP-4939), sorted as sets.List sorts them
 
 # k8s.io/apimachinery/pkg/util/validation texts.
 _PORT_RANGE_MSG = "must be between 1 and 65535, inclusive"          # InclusiveRangeError(1, 65535)
