@@ -2,12 +2,10 @@
 
 Kubernetes' own probe defaults and limits are validation.py's (they come with the rules that use them); these are
 the kubelet's behaviours the daemon, the client and the worker all count on, and this project's own defaults.
+It imports nothing, so that probectl's parser can offer them before it loads protobuf.
 """
 
 from __future__ import annotations
-
-from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.validation import effective_timing
 
 # This release of the shim (pyproject.toml's version). A daemon that adopts the workers of an earlier daemon (a
 # restart, or an upgrade) forks new ones from that daemon's zygote only if it runs this same version.
@@ -55,23 +53,3 @@ def is_late(scheduled_at_ns: int, started_at_ns: int) -> bool:
     a one-off ExecProbe) is never late.
     """
     return scheduled_at_ns > 0 and started_at_ns - scheduled_at_ns > LATE_AFTER_NS
-
-
-def longest_attempt_ms(spec: spec_pb.ProbeSpec) -> int:
-    """How long one attempt of the spec may take in the worst case: every try to its timeout."""
-    return MAX_TRIES * effective_timing(spec).timeout_ms
-
-
-# An attempt's result -> its field of the totals (AttemptTotals).
-_TOTAL_FIELD = {
-    spec_pb.RESULT_SUCCESS: "success",
-    spec_pb.RESULT_WARNING: "warning",
-    spec_pb.RESULT_FAILURE: "failure",
-    spec_pb.RESULT_UNKNOWN: "unknown",
-}
-
-
-def count_attempt(totals, result: int) -> None:
-    """Adds one attempt to `totals` (an AttemptTotals, the daemon's or the worker's)."""
-    field = _TOTAL_FIELD.get(result, "unknown")
-    setattr(totals, field, getattr(totals, field) + 1)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import count_attempt
+from probe_api.attempts import count_attempt
 from probe_api.status import DAEMON_OWNED, status_copy
 from probe_api.validation import Timing, effective_timing
 from probe_worker.prober import Prober

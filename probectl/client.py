@@ -20,7 +20,8 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES, longest_attempt_ms
+from probe_api.attempts import longest_attempt_ms
+from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
 
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import longest_attempt_ms
+from probe_api.attempts import longest_attempt_ms
 from probe_api.field_errors import FieldError
 from probe_api.validation import texts
 from shim.api import request_rules as rules

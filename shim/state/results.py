@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import count_attempt, is_late
+from probe_api.attempts import count_attempt
+from probe_api.defaults import is_late
 from probe_api.status import WORKER_OWNED, copy_status, status_copy
 from shim.sandboxes.directory import SandboxDirectory
 
