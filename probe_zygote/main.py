@@ -72,12 +72,16 @@ def _listen(directory: str) -> tuple[socket.socket, str]:
     return listener, path
 
 
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
 def _recv(control: socket.socket) -> tuple[zygote_pb.ZygoteRequest | None, list[int]]:
     """One request and the descriptors that came with it; (None, []) when the daemon is gone."""
     data, fds, flags, _ = socket.recv_fds(control, MAX_PACKET, 4)
     if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         raise ValueError("truncated packet from the daemon")
     if not data and not fds:
         return None, []
@@ -128,8 +132,7 @@ class _ZygoteProcess:
                     if request is None:
                         self._orphan()
                     elif request.WhichOneof("msg") == "shutdown":
-                        for extra in fds:
-                            os.close(extra)
+                        _close(fds)
                         return self._end()
                     else:
                         self._handle(request, fds)
@@ -187,8 +190,7 @@ class _ZygoteProcess:
         else:
             self._send(zygote_pb.ZygoteEvent(seq=seq, reattached=zygote_pb.Reattached()))
         finally:
-            for fd in fds:
-                os.close(fd)  # in flight, the worker's copy is the kernel's
+            _close(fds)  # in flight, the worker's copy is the kernel's
 
     def _end(self) -> int:
         self._kill_children()
@@ -211,31 +213,41 @@ class _ZygoteProcess:
     # --- requests ----------------------------------------------------------------------------------------
 
     def _handle(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
-        kind = request.WhichOneof("msg")
-        if kind == "adopt":
-            for fd in fds:
-                os.close(fd)
-            self._adopt(request.seq)
-            return
-        if kind == "reattach":
-            self._reattach(request.seq, request.reattach, fds)
-            return
-        if kind in ("assign", "unassign"):
-            for fd in fds:
-                os.close(fd)
-            if kind == "unassign":
-                self.broker.unassign(request.unassign.worker_pid, request.unassign.sandbox_id)
-            else:
-                self._assign(request.seq, request.assign)
-            return
-        if kind != "spawn" or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
-                message=f"a spawn request with exactly one descriptor was expected, got "
-                        f"{request.WhichOneof('msg')} with {len(fds)}")))
-            return
-        worker_fd = fds[0]
+        """One request, by its kind (a table, one handler each); each handler owns the descriptors it came with."""
+        self._HANDLERS.get(request.WhichOneof("msg"), _ZygoteProcess._refuse)(self, request, fds)
+
+    def _refuse(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        _close(fds)
+        self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
+            message=f"a spawn request with exactly one descriptor was expected, got "
+                    f"{request.WhichOneof('msg')} with {len(fds)}")))
+
+    def _on_adopt(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        _close(fds)
+        self._adopt(request.seq)
+
+    def _on_reattach(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        self._reattach(request.seq, request.reattach, fds)
+
+    def _on_assign(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        _close(fds)
+        self._assign(request.seq, request.assign)
+
+    def _on_unassign(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        _close(fds)
+        self.broker.unassign(request.unassign.worker_pid, request.unassign.sandbox_id)
+
+    def _on_spawn(self, request: zygote_pb.ZygoteRequest, fds: list[int]) -> None:
+        if len(fds) != 1:
+            self._refuse(request, fds)
+        else:
+            self._spawn(request.seq, request.spawn.config, fds[0])
+
+    _HANDLERS = {"adopt": _on_adopt, "reattach": _on_reattach, "assign": _on_assign, "unassign": _on_unassign,
+                 "spawn": _on_spawn}
+
+    def _spawn(self, seq: int, config: worker_pb.WorkerConfig, worker_fd: int) -> None:
+        """Forks a worker (probe_zygote/fork.py sets the child up), with its broker channel; reports its pid."""
         ours, theirs = self.broker.channel_pair()
         if self.gc_freeze:
             gc.freeze()  # what this loop allocated since the last fork joins the shared generation
@@ -245,13 +257,12 @@ class _ZygoteProcess:
             os.close(worker_fd)
             ours.close()
             theirs.close()
-            self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawn_failed=zygote_pb.SpawnFailed(
+            self._send(zygote_pb.ZygoteEvent(seq=seq, spawn_failed=zygote_pb.SpawnFailed(
                 message=f"fork failed: {exc.strerror}")))
             return
         if pid == 0:  # never returns
-            become_worker(request.spawn.config, worker_fd, theirs.fileno(), zygote_pid=self.pid,
-                          control=self.control, poller=self.poller, max_fd=self.max_fd,
-                          child_gc_threshold=self.child_gc_threshold)
+            become_worker(config, worker_fd, theirs.fileno(), zygote_pid=self.pid, control=self.control,
+                          poller=self.poller, max_fd=self.max_fd, child_gc_threshold=self.child_gc_threshold)
         os.close(worker_fd)
         theirs.close()
         self.broker.attach(pid, ours)
@@ -259,11 +270,11 @@ class _ZygoteProcess:
         self.poller.register(ours, select.EPOLLIN)
         pidfd = os.pidfd_open(pid)  # the child cannot be reaped before we poll it: it stays valid
         self.children[pidfd] = pid
-        self.configs[pid] = request.spawn.config
+        self.configs[pid] = config
         self.started[pid] = started = time.time_ns()
         self.poller.register(pidfd, select.EPOLLIN)
-        self._send(zygote_pb.ZygoteEvent(seq=request.seq, spawned=zygote_pb.Spawned(
-            pid=pid, started_at_unix_ns=started)), [pidfd])
+        self._send(zygote_pb.ZygoteEvent(seq=seq, spawned=zygote_pb.Spawned(pid=pid, started_at_unix_ns=started)),
+                   [pidfd])
 
     def _assign(self, seq: int, assign: zygote_pb.Assign) -> None:
         try:

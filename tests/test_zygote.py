@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
+from cri_proto import zygote_pb2 as zygote_pb
 from probe_worker.channel import AsyncChannel
 from probe_worker.main import EXIT_BROKER_GONE
 from shim.workers.process import set_child_subreaper
@@ -196,6 +197,30 @@ def test_assigning_a_missing_netns_is_a_clear_error_and_creates_nothing():
         finally:
             await zygote.close()
         assert not os.path.exists(missing)
+
+    asyncio.run(main())
+
+
+def test_a_request_without_its_descriptor_is_refused_and_the_zygote_serves_on():
+    async def main():
+        zygote = await Zygote.start(warm_up=False)
+        try:
+            channel = zygote._channel  # a request no Zygote method would send
+            for request in (zygote_pb.ZygoteRequest(spawn=zygote_pb.Spawn(config=worker_pb.WorkerConfig())),
+                            zygote_pb.ZygoteRequest()):
+                with channel.pending() as (seq, reply):
+                    request.seq = seq
+                    await channel.send(request)
+                    kind = request.WhichOneof("msg")
+                    with pytest.raises(ZygoteError, match=f"^a spawn request with exactly one descriptor was "
+                                                          f"expected, got {kind} with 0$"):
+                        await asyncio.wait_for(reply, WAIT_S)
+            worker = await zygote.spawn(worker_pb.WorkerConfig())
+            assert (await _first_frame(worker)).WhichOneof("msg") == "ready"
+            worker.sock.close()
+            worker.close()
+        finally:
+            await zygote.close()
 
     asyncio.run(main())
 
