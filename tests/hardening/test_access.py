@@ -44,7 +44,8 @@ CLIENT_AS = r"""
 import json, os, socket, sys
 import grpc
 from cri_proto import probe_service_pb2 as service_pb, probe_service_pb2_grpc as service_grpc
-from probectl import cli
+from probectl import cli, client, render  # the command's lazy imports, read before the drop
+from probectl.commands import base, status
 import email.parser, importlib.metadata  # probectl reads its version lazily: before the drop
 
 path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
