@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from bench.stats import summarize
-from tests.webhook_env import Webhook, post, review
+from tests.support.webhook_env import Webhook, post, review
 
 CONNECTIONS = 4
 MIB = 1 << 20

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.daemon_env import DaemonProcess
-from tests.netns_env import PodNetns
+from tests.support.daemon_env import DaemonProcess
+from tests.support.netns_env import PodNetns
 
 from bench.procstats import zygote_pid
 from bench.targets import GRPC_PORT, HTTP_PORT, TCP_PORT, TargetProcess

@@ -1,7 +1,7 @@
 """Scenario 3: ExecProbe and the kubelet bridge end to end against the exec probes operators run today.
 
 All paths fetch the same URL from inside the pod: with containerd, the pod's
-tests/servers/http_server.py on 127.0.0.1 (an application-like server; the image's busybox
+tests/support/servers/http_server.py on 127.0.0.1 (an application-like server; the image's busybox
 httpd forks per request, which would add ~0.4 ms to every path alike and flatten the
 ratios), else bench/targets.py's /healthz. They are timed by the caller (wall time), in
 turns of BLOCK calls per path (bench/proxy_latency.py's `interleaved`) so that load from
@@ -102,7 +102,7 @@ def with_containerd(rig, count: int, warmup: int) -> dict:
     result = speedups(interleaved(calls, count, warmup, BLOCK))
     bridge = bridge_figures(result["paths_ms"], attempts_ms[-count:])  # the warm-up's attempts come first
     bridge["board_row"] = bridged_row(rig.shim.channel, container)
-    return {"pod": "tests/servers/http_server.py on 127.0.0.1 in a containerd pod", "calls_per_path": count,
+    return {"pod": "tests/support/servers/http_server.py on 127.0.0.1 in a containerd pod", "calls_per_path": count,
             **result, "bridge": bridge}
 
 

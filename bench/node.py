@@ -1,6 +1,6 @@
 """Scenario "node": what one readiness probe costs the node under a real kubelet (issue 19; issue 22's targets).
 
-One private containerd, one shim in front of it, one real kubelet (tests/kubelet_env.py) whose CRI endpoint is the
+One private containerd, one shim in front of it, one real kubelet (tests/support/kubelet_env.py) whose CRI endpoint is the
 shim, and N static pods (busybox httpd serving /healthz on 0.0.0.0:8080) with one readiness probe each at 1 s
 (timeoutSeconds 1), in four phases on the same kubelet, containerd and shim:
 
@@ -31,9 +31,9 @@ import yaml
 
 from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
 from probectl.convert import convert
-from tests import kubelet_env
-from tests.containerd_env import running_containerd
-from tests.daemon_env import DaemonProcess
+from tests.support import kubelet_env
+from tests.support.containerd_env import running_containerd
+from tests.support.daemon_env import DaemonProcess
 
 PHASES = ("none", "native", "exec", "bridged")
 PROBED = PHASES[1:]

@@ -121,7 +121,7 @@ class _Netns:
 
     def __enter__(self) -> "_Netns":
         sys.path.insert(0, str(REPO_ROOT))
-        from tests.netns_env import PodNetns, listen, netns_unavailable_reason
+        from tests.support.netns_env import PodNetns, listen, netns_unavailable_reason
 
         reason = netns_unavailable_reason()
         if reason:
@@ -168,7 +168,7 @@ def _worker_inside(netns_path: str, ports: dict[str, int], period_ms: int, secon
 
     from cri_proto import probe_spec_pb2 as spec_pb
     from cri_proto import probe_worker_pb2 as worker_pb
-    from tests.worker_harness import WorkerHarness
+    from tests.support.worker_harness import WorkerHarness
 
     specs = _specs(ports)
     pod_ips = [POD_IPV4, "fd00:5a::2"]

@@ -6,7 +6,7 @@
 2. ExecProbe end to end (client -> shim -> worker -> client, one persistent client channel, the sandbox's worker
    already running because a probe is registered there) vs what operators do today: a CRI `ExecSync` of
    `busybox wget` in the pod's container, and `nsenter --net=<pod netns>` + curl / busybox wget as a subprocess.
-   All fetch the same URL from the same server on the pod's 127.0.0.1: by default tests/servers/http_server.py
+   All fetch the same URL from the same server on the pod's 127.0.0.1: by default tests/support/servers/http_server.py
    (one asyncio process, started in the pod's netns); `--target busybox` uses the pod's own busybox httpd, which
    forks a process per request (about 0.4 ms more for every path, so the ratios shrink).
 
@@ -14,9 +14,9 @@ Every comparison is interleaved call by call (A, B, A, B, ...) so that whatever 
 paths alike; the median of paired (neighbouring) differences is reported beside the difference of medians.
 The client is sync grpcio, one call at a time, each with a deadline, as the kubelet calls.
 
-    python3 bench/proxy_latency.py                      # root; containerd as tests/containerd_env.py finds it
+    python3 bench/proxy_latency.py                      # root; containerd as tests/support/containerd_env.py finds it
     python3 bench/proxy_latency.py --ab-grpc-defaults   # also a second shim with grpc's default EventEngine I/O
-    python3 bench/proxy_latency.py --fake               # the proxy alone, in front of tests/fake_cri.py
+    python3 bench/proxy_latency.py --fake               # the proxy alone, in front of tests/support/fake_cri.py
     python3 bench/proxy_latency.py --json
 
 bench/suite.py reuses `ContainerdRig`, `proxy_overhead`, `interleaved` and the call builders.
@@ -56,7 +56,7 @@ RUNTIME = "/runtime.v1.RuntimeService"
 KUBELET_TIMEOUT_S = 120.0  # kubelet's default --runtime-request-timeout (2m)
 READY_TIMEOUT_S = 15.0
 HEALTHZ_PATH = "/healthz"   # the busybox httpd of the test image
-SERVER_PATH = "/ok"         # tests/servers/http_server.py
+SERVER_PATH = "/ok"         # tests/support/servers/http_server.py
 PROBE_TIMEOUT_MS = 1000
 WARM_PROBE_PERIOD_MS = 10_000  # the probe that keeps the worker up: rare enough not to disturb the measurement
 # grpc's own default (EventEngine endpoints on), for a shim to compare with (see shim/grpc_tuning.py). The
@@ -207,7 +207,7 @@ def exec_comparison(rig: "ContainerdRig", count: int, slow_count: int, target: s
     beside = interleaved({"exec_probe": exec_probe, **slow}, slow_count, 3)
     base = statistics.median(beside["exec_probe"])
     results = {
-        "target": "tests/servers/http_server.py" if target == "server" else "busybox httpd (forks per request)",
+        "target": "tests/support/servers/http_server.py" if target == "server" else "busybox httpd (forks per request)",
         "exec_probe": summarize(fast),
         "exec_probe_attempt": engine,   # the attempt alone, as the worker timed it
         "exec_probe_overhead_median_ms": round(statistics.median(fast) - engine["median"], 3),
@@ -228,7 +228,7 @@ def exec_comparison(rig: "ContainerdRig", count: int, slow_count: int, target: s
 @dataclass
 class ContainerdRig:
     """A private containerd with `pod_count` pod sandboxes (busybox httpd on the pod's 127.0.0.1:8080 in each),
-    tests/servers/http_server.py on 127.0.0.1:`server_port` in the first pod's netns, and a shim daemon in front
+    tests/support/servers/http_server.py on 127.0.0.1:`server_port` in the first pod's netns, and a shim daemon in front
     of containerd with one probe registered in the first pod (its worker stays up), started with `shim_env`
     added to the environment. `shim_envs`: more shims, each with its own extra environment (`others`, by name)."""
     pod_count: int = 3
@@ -241,12 +241,12 @@ class ContainerdRig:
     direct: grpc.Channel | None = None
     busybox: str = ""
     http_port: int = 0     # busybox httpd in the "http" container of every pod
-    server_port: int = 0   # tests/servers/http_server.py in the first pod's netns
+    server_port: int = 0   # tests/support/servers/http_server.py in the first pod's netns
     _server: subprocess.Popen | None = None
     _workdirs: list[Path] = field(default_factory=list)
 
     def __enter__(self) -> "ContainerdRig":
-        from tests.containerd_env import HTTP_PORT, ContainerdEnv, CriClient, Kubelet, cri_channel, \
+        from tests.support.containerd_env import HTTP_PORT, ContainerdEnv, CriClient, Kubelet, cri_channel, \
             sweep_stale_sessions, unavailable_reason
 
         reason = unavailable_reason()
@@ -265,7 +265,7 @@ class ContainerdRig:
                 kubelet.start_container(pod, "http", self.env.images.http)
                 self.pods.append(pod)
             self._server, ready = start(["nsenter", f"--net={self.pods[0].netns_path}", sys.executable,
-                                         "tests/servers/http_server.py", "--host", "127.0.0.1", "--port", "0"])
+                                         "tests/support/servers/http_server.py", "--host", "127.0.0.1", "--port", "0"])
             self.server_port = int(ready.split()[1])
             self.shim = self._start_shim(self.shim_env)
             for name, extra in self.shim_envs.items():
@@ -276,7 +276,7 @@ class ContainerdRig:
         return self
 
     def _start_shim(self, extra_env: dict[str, str]):
-        from tests.daemon_env import DaemonProcess
+        from tests.support.daemon_env import DaemonProcess
 
         workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
         self._workdirs.append(workdir)
@@ -364,7 +364,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def fake_rig() -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
-    """(direct, proxied) channels: tests/fake_cri.py, and this module's proxy process in front of it (with the
+    """(direct, proxied) channels: tests/support/fake_cri.py, and this module's proxy process in front of it (with the
     daemon's gRPC tuning, shim/grpc_tuning.py, applied as the daemon applies it)."""
     from shim import grpc_tuning
 
@@ -374,7 +374,7 @@ def fake_rig() -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
     proxy_env = dict(os.environ)
     grpc_tuning.apply(proxy_env)
     try:
-        procs.append(start([sys.executable, "-m", "tests.fake_cri", "--socket", str(runtime_sock)])[0])
+        procs.append(start([sys.executable, "-m", "tests.support.fake_cri", "--socket", str(runtime_sock)])[0])
         procs.append(start([sys.executable, str(Path(__file__).resolve()), "--serve-proxy", "--listen",
                             str(proxy_sock), "--upstream", f"unix://{runtime_sock}"], env=proxy_env)[0])
         with grpc.insecure_channel(f"unix:{runtime_sock}") as direct, \
@@ -442,13 +442,13 @@ def print_table(results: dict, count: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fake", action="store_true", help="proxy only, in front of tests/fake_cri.py")
+    parser.add_argument("--fake", action="store_true", help="proxy only, in front of tests/support/fake_cri.py")
     parser.add_argument("--count", type=int, default=2000, help="calls per path (default 2000)")
     parser.add_argument("--exec-count", type=int, default=200, help="ExecSync and nsenter calls (default 200)")
     parser.add_argument("--pods", type=int, default=3, help="pod sandboxes present (default 3)")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--target", choices=("server", "busybox"), default="server",
-                        help="HTTP server the exec paths fetch from (default: tests/servers/http_server.py)")
+                        help="HTTP server the exec paths fetch from (default: tests/support/servers/http_server.py)")
     parser.add_argument("--ab-grpc-defaults", action="store_true",
                         help="also measure a second shim with grpc's default EventEngine I/O (shim/grpc_tuning.py)")
     parser.add_argument("--apply-grpc-tuning", action="store_true",

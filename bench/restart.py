@@ -44,7 +44,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from shim.workers.groups import POOLED
-from tests.netns_env import PodNetns
+from tests.support.netns_env import PodNetns
 
 from bench import promtext
 from bench.env import SPECS, BenchDaemon

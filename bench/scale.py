@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.workers.groups import POOLED
-from tests.netns_env import PodNetns
+from tests.support.netns_env import PodNetns
 
 from bench import procstats, promtext, punctuality
 from bench.env import SPECS, BenchDaemon

@@ -16,7 +16,7 @@ import time
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.netns_env import PodNetns
+from tests.support.netns_env import PodNetns
 
 from bench.env import BenchDaemon
 from bench.stats import summarize

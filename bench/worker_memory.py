@@ -440,7 +440,7 @@ def main() -> int:
     if args.serve_targets:
         serve_targets()
         return 0
-    from tests.netns_env import netns_unavailable_reason
+    from tests.support.netns_env import netns_unavailable_reason
 
     reason = netns_unavailable_reason()
     if reason:

@@ -2,7 +2,7 @@
 
 One command, reproducible: `python -m cri_proto.generate` (or `make protos`).
 The output depends only on the .proto files and the pinned grpcio-tools version
-(see pyproject.toml); tests/test_proto_stubs.py fails when the committed stubs drift.
+(see pyproject.toml); tests/unit/test_proto_stubs.py fails when the committed stubs drift.
 """
 
 from __future__ import annotations

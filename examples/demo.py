@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from probectl import ProbeShimClient  # noqa: E402
-from tests.daemon_env import DaemonProcess  # noqa: E402
-from tests.netns_env import PodNetns, netns_unavailable_reason  # noqa: E402
+from tests.support.daemon_env import DaemonProcess  # noqa: E402
+from tests.support.netns_env import PodNetns, netns_unavailable_reason  # noqa: E402
 
 HTTP_SERVER = (
     "import http.server, sys\n"

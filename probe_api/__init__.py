@@ -2,7 +2,7 @@
 
 probectl on an operator's laptop, the daemon and the unprivileged worker inside a pod's netns all import this
 package, and it imports only the standard library, protobuf and cri_proto, so that it stays lean enough for the
-worker (tests/test_worker_imports.py) and free of the daemon (tests/test_import_boundaries.py).
+worker (tests/unit/test_worker_imports.py) and free of the daemon (tests/unit/test_import_boundaries.py).
 
 - `validation`: which ProbeSpecs the Kubernetes API accepts, its exact error texts, the defaults it applies;
 - `defaults`: the numbers several sides share (socket, message size, worker uid, kubelet version, tries, lateness);

@@ -3,7 +3,7 @@
 Kubernetes splits an object into spec and status; so does `Probe` (registration fields, then `status`). A status
 moves between the daemon's board, its store, a worker (as the progress a probe goes on from, and back in a
 Snapshot) and the watch; every move is `copy_status`, which walks the message's own descriptor, so a field added
-to ProbeStatus later moves everywhere without anyone listing it (tests/test_status_reflection.py holds that).
+to ProbeStatus later moves everywhere without anyone listing it (tests/unit/test_status_reflection.py holds that).
 
 Ownership is the one list kept by hand, because it is a decision and not a copy: the worker computes its threshold
 bookkeeping, last attempt and totals (it runs on while no daemon listens, so its word on them is right after a

@@ -3,7 +3,7 @@
 Owns: the commands and flags, the dispatch to a command, exit codes of what fails, and the one-line error
 messages. The commands themselves are probectl/commands/*.py, one module per family, imported only once the
 arguments are parsed, so that `--help` and `convert` start without grpc (60 ms of imports on its own), `--help`
-without the converter or psutil either: `--help` takes 75 ms here, was 200 (tests/test_probectl_startup.py asserts
+without the converter or psutil either: `--help` takes 75 ms here, was 200 (tests/unit/test_probectl_startup.py asserts
 on the imports). What is printed is render.py's; how the shim is called is client.py's; handler syntax is
 probe_api/handler_flags.py's, durations specs.py's.
 
@@ -26,7 +26,7 @@ from probe_api.defaults import DEFAULT_ENDPOINT
 from probectl.commands.base import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
 # render.OUTPUTS and convert.OUTPUTS, written here so that parsing loads neither the renderer nor the converter
-# (tests/test_probectl_startup.py checks they agree).
+# (tests/unit/test_probectl_startup.py checks they agree).
 OUTPUTS = ("table", "json", "yaml")
 CONVERT_OUTPUTS = ("yaml", "json")
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"  # client.ENDPOINT_ENV, for the help text (checked alike)

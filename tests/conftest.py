@@ -9,9 +9,9 @@ import psutil
 import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
-from tests.daemon_env import DaemonProcess
-from tests.netns_env import PodNetns, netns_unavailable_reason, remove_stale_namespaces
-from tests.worker_harness import WorkerHarness
+from tests.support.daemon_env import DaemonProcess
+from tests.support.netns_env import PodNetns, netns_unavailable_reason, remove_stale_namespaces
+from tests.support.worker_harness import WorkerHarness
 
 
 def pytest_sessionstart(session):

@@ -1,6 +1,6 @@
 """probectl's commands, one module per family, each imported only once its command is chosen (probectl/cli.py):
 `--help` and `convert` never load grpc, `convert` is the only one to load the converter, `workers` the only one to
-load psutil (tests/test_probectl_startup.py asserts on the imports).
+load psutil (tests/unit/test_probectl_startup.py asserts on the imports).
 
 - `base`: exit codes, the one-line usage error, and what several commands share (the client, probe id prefixes,
   reading a manifest);

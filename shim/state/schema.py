@@ -7,7 +7,7 @@ Two kinds of blobs, both serialized `Probe` messages:
 Migrations run forward on open, in one transaction, each step once: SQL text, or a function of the connection for
 a step that rewrites blobs. Step 3 moved a probe's observed fields from Probe (numbers 10 to 19, flat) into
 `Probe.status`; ProbeStatus keeps their numbers, so an old blob's bytes parse as its status unchanged
-(tests/test_store_migration.py opens a file written before it).
+(tests/unit/test_store_migration.py opens a file written before it).
 """
 
 from __future__ import annotations

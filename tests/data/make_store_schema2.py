@@ -1,5 +1,5 @@
 # Ran once, at commit c7a508e (store schema version 2, status fields flat in Probe), to write
-# store_schema2.sqlite for tests/test_store_migration.py. It needs that commit's code; kept as the record of the file.
+# store_schema2.sqlite for tests/unit/test_store_migration.py. It needs that commit's code; kept as the record of the file.
 """Writes tests/data/store_schema2.sqlite with the store code of commit c7a508e (schema version 2, flat status)."""
 import sys
 from pathlib import Path

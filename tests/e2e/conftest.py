@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from tests.containerd_env import RECONCILE_INTERVAL_S, CriClient, Kubelet, Pod, running_containerd
-from tests.daemon_env import DaemonProcess
-from tests.netns_env import REPO_ROOT
+from tests.support.containerd_env import RECONCILE_INTERVAL_S, CriClient, Kubelet, Pod, running_containerd
+from tests.support.daemon_env import DaemonProcess
+from tests.support.netns_env import REPO_ROOT
 
 SERVER_READY_TIMEOUT_S = 30
 

@@ -35,8 +35,8 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.containerd_env import HTTP_PORT, RECONCILE_INTERVAL_S, TCP_PORT, CriClient, Kubelet, Pod, mounts_under
-from tests.netns_env import REPO_ROOT
+from tests.support.containerd_env import HTTP_PORT, RECONCILE_INTERVAL_S, TCP_PORT, CriClient, Kubelet, Pod, mounts_under
+from tests.support.netns_env import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -254,7 +254,7 @@ def test_probes_run_in_the_pod_and_reach_what_the_node_cannot(containerd, shim, 
     pod = kubelet.run_pod("probed")
     kubelet.start_container(pod, "http", containerd.images.http)
     kubelet.start_container(pod, "tcp", containerd.images.tcp)
-    grpc_port = in_pod(pod, [sys.executable, str(REPO_ROOT / "tests/servers/grpc_health_server.py"),
+    grpc_port = in_pod(pod, [sys.executable, str(REPO_ROOT / "tests/support/servers/grpc_health_server.py"),
                              "--host", "0.0.0.0", "--port", "0"])
     wait_listening(pod.ip, TCP_PORT)
 

@@ -1,8 +1,8 @@
 """The kubelet bridge against a real containerd: ExecSync exactly as today's kubelet sends it, through the shim.
 
-The kubelet is not installable here; `Kubelet.exec_sync` (tests/containerd_env.py) sends what its exec prober and
+The kubelet is not installable here; `Kubelet.exec_sync` (tests/support/containerd_env.py) sends what its exec prober and
 exec hook runner send (cri-client remote_runtime.go: container id, the command, the timeout in whole seconds;
-the call's deadline is 2 minutes plus the timeout, none for a hook), and tests/kubelet_exec_model.py reads the
+the call's deadline is 2 minutes plus the timeout, none for a hook), and tests/support/kubelet_exec_model.py reads the
 answer as the kubelet's prober (pkg/probe/exec) and hook runner (pkg/kubelet/lifecycle) read it. Expected outputs
 are the kubelet's own network probers' texts (pkg/probe/http, tcp, grpc).
 
@@ -32,18 +32,18 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from shim.bridge.command import MARKER, command_for
-from tests.containerd_env import HTTP_PORT, CriClient, Kubelet
-from tests.daemon_env import DaemonProcess
+from tests.support.containerd_env import HTTP_PORT, CriClient, Kubelet
+from tests.support.daemon_env import DaemonProcess
 from tests.e2e.test_containerd import cannot_connect, probectl
-from tests.kubelet_exec_model import hook_error, probe_verdict
-from tests.netns_env import REPO_ROOT
+from tests.support.kubelet_exec_model import hook_error, probe_verdict
+from tests.support.netns_env import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
 PROBE_TIMEOUT_S = 1       # timeoutSeconds of the probes below (the kubelet's default)
 CLOSED_PORT = 9999        # nothing listens there in any pod of these tests
-HTTP_SERVER = [sys.executable, str(REPO_ROOT / "tests/servers/http_server.py"), "--host", "0.0.0.0", "--port", "0"]
-GRPC_SERVER = [sys.executable, str(REPO_ROOT / "tests/servers/grpc_health_server.py"), "--host", "0.0.0.0",
+HTTP_SERVER = [sys.executable, str(REPO_ROOT / "tests/support/servers/http_server.py"), "--host", "0.0.0.0", "--port", "0"]
+GRPC_SERVER = [sys.executable, str(REPO_ROOT / "tests/support/servers/grpc_health_server.py"), "--host", "0.0.0.0",
                "--port", "0", "--status", "SERVING", "--status", "db=NOT_SERVING"]
 
 

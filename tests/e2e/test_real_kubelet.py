@@ -1,6 +1,6 @@
 """The promise, proven with a real kubelet: kubelet -> shim -> real containerd, static pods converted by probectl.
 
-A real kubelet (tests/kubelet_env.py: KUBELET_BIN, else ../shared/kubelet/) runs standalone with the shim's socket
+A real kubelet (tests/support/kubelet_env.py: KUBELET_BIN, else ../shared/kubelet/) runs standalone with the shim's socket
 as its CRI endpoint, in front of the suite's private containerd. Every pod is a static pod written by the test
 and converted with the real `probectl convert`; what is asserted is what the kubelet itself says: readiness and
 restart counts on its read-only port, its own `prober_probe_total`, its log. Workloads are busybox httpd serving a
@@ -42,12 +42,12 @@ import yaml
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
-from tests import kubelet_env
-from tests.containerd_env import ContainerdEnv, sandbox_network
-from tests.daemon_env import DaemonProcess
-from tests.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
-from tests.netns_env import REPO_ROOT
-from tests.webhook_env import Webhook, admit, review
+from tests.support import kubelet_env
+from tests.support.containerd_env import ContainerdEnv, sandbox_network
+from tests.support.daemon_env import DaemonProcess
+from tests.support.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
+from tests.support.netns_env import REPO_ROOT
+from tests.support.webhook_env import Webhook, admit, review
 
 pytestmark = pytest.mark.e2e
 
@@ -221,7 +221,7 @@ def test_converted_probes_make_pods_ready_and_the_unconverted_loopback_probe_doe
         httpd("web", image, listen=f"127.0.0.1:{admin}", readinessProbe=probe(http_get(admin, host="127.0.0.1")))]),
         convert=False)
     in_pod(SimpleNamespace(netns_path=k.netns_of(pods["grpc"])),
-           [sys.executable, "tests/servers/grpc_health_server.py", "--host", "0.0.0.0", "--port", str(GRPC_PORT),
+           [sys.executable, "tests/support/servers/grpc_health_server.py", "--host", "0.0.0.0", "--port", str(GRPC_PORT),
             "--status", "SERVING"])
 
     ready = k.wait_ready(*pods.values())

@@ -27,8 +27,8 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.observe import logs
 from shim.config import Config, metrics_exposure_warning
-from tests.daemon_env import DaemonProcess, run, wait_for
-from tests.netns_env import REPO_ROOT, PodNetns
+from tests.support.daemon_env import DaemonProcess, run, wait_for
+from tests.support.netns_env import REPO_ROOT, PodNetns
 
 pytestmark = pytest.mark.netns
 

@@ -29,8 +29,8 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import validation
 from shim.api import request_rules as rules
-from tests.daemon_env import DaemonProcess, run, status, tcp_spec
-from tests.netns_env import REPO_ROOT, PodNetns, listen
+from tests.support.daemon_env import DaemonProcess, run, status, tcp_spec
+from tests.support.netns_env import REPO_ROOT, PodNetns, listen
 
 pytestmark = pytest.mark.netns
 

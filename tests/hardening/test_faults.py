@@ -41,9 +41,9 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
 from probectl.client import ProbeShimClient
-from tests.containerd_env import CriClient, Kubelet, running_containerd
-from tests.daemon_env import DaemonProcess, run, status, tcp_spec
-from tests.netns_env import LISTENER, PodNetns, listen
+from tests.support.containerd_env import CriClient, Kubelet, running_containerd
+from tests.support.daemon_env import DaemonProcess, run, status, tcp_spec
+from tests.support.netns_env import LISTENER, PodNetns, listen
 
 pytestmark = pytest.mark.netns
 
@@ -721,7 +721,7 @@ def test_read_only_state_dir_is_a_one_line_error_at_start_and_loses_nothing(tmp_
 
 @pytest.fixture(scope="module")
 def containerd():
-    """A private real containerd (tests/containerd_env.py), as the e2e suite starts it."""
+    """A private real containerd (tests/support/containerd_env.py), as the e2e suite starts it."""
     with running_containerd(unavailable=pytest.skip) as env:
         yield env
         if env.proc.poll() is not None:  # a test failed while it was down: the teardown removes pods through it

@@ -33,8 +33,8 @@ from probe_worker import go_errors
 from probe_worker.probes.grpc import rules as grpc_rules
 from probe_worker.probes.grpc import unary_call
 from probe_worker.probes.http import response as http_response
-from tests.daemon_env import DaemonProcess, run, status
-from tests.netns_env import PodNetns
+from tests.support.daemon_env import DaemonProcess, run, status
+from tests.support.netns_env import PodNetns
 
 pytestmark = pytest.mark.netns
 
@@ -78,7 +78,7 @@ class Target:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    server: str                          # tests/servers/<server>
+    server: str                          # tests/support/servers/<server>
     mode: str
     kind: str                            # "http", "https" or "grpc"
     result: int

@@ -19,8 +19,8 @@ import sys
 import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
-from tests.daemon_env import DaemonProcess, run, tcp_spec, wait_for
-from tests.netns_env import REPO_ROOT, listen
+from tests.support.daemon_env import DaemonProcess, run, tcp_spec, wait_for
+from tests.support.netns_env import REPO_ROOT, listen
 
 pytestmark = pytest.mark.netns
 

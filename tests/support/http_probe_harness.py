@@ -1,0 +1,55 @@
+"""The HTTP probe executor's test harness: a spec, one attempt against a loopback server, the expected head.
+
+Shared by tests/test_http_probe*.py (in-process, TLS, through a worker in a pod netns)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cri_proto import probe_spec_pb2 as spec_pb
+from probe_worker.attempt import AttemptContext, Endpoint, Outcome
+from probe_worker.probes.http import executor as http
+from tests.support.servers.http_server import HTTPTestServer
+
+UA = "kube-probe/1.32"
+
+
+def http_spec(path: str, port: int = 0, headers=(), scheme=spec_pb.HTTP, **spec_fields) -> spec_pb.ProbeSpec:
+    return spec_pb.ProbeSpec(
+        http_get=spec_pb.HTTPGetAction(
+            path=path,
+            port=spec_pb.PortRef(number=port),
+            scheme=scheme,
+            http_headers=[spec_pb.HTTPHeader(name=n, value=v) for n, v in headers],
+        ),
+        **spec_fields,
+    )
+
+
+async def run_probe(path, port, *, host="127.0.0.1", addresses=None, timeout=2.0, headers=(), scheme=spec_pb.HTTP):
+    """One attempt; returns (outcome, ctx, seconds taken)."""
+    loop = asyncio.get_running_loop()
+    ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent=UA)
+    endpoint = Endpoint(host=host, addresses=(host,) if addresses is None else addresses, port=port)
+    started = loop.time()
+    outcome = await http.probe(http_spec(path, headers=headers, scheme=scheme), endpoint, ctx)
+    return outcome, ctx, loop.time() - started
+
+
+def probe_once(path, server_factory=HTTPTestServer, **kw) -> tuple[Outcome, AttemptContext, float, HTTPTestServer]:
+    async def go():
+        async with server_factory() as server:
+            outcome, ctx, took = await run_probe(path, server.port, **kw)
+        return outcome, ctx, took, server
+
+    return asyncio.run(go())
+
+
+def phase_names(phases) -> list[str]:
+    return [p.name for p in phases]
+
+
+def default_head(target: str, host: str) -> str:
+    return (
+        f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {UA}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    )

@@ -1,0 +1,421 @@
+"""A real kubelet in front of any CRI endpoint, for end-to-end tests and the benchmark's "node" scenario.
+
+Owns: finding the kubelet and crictl (`KUBELET_BIN` / `CRICTL_BIN`, else `../shared/kubelet/` beside the
+repository); the kubelet's standalone configuration (no API server: static pods from a folder, the read-only port
+for `/pods` and `/metrics/probes`, ports of its own so that it never meets another kubelet); starting it in a
+private mount namespace, so that it changes no host sysctl and writes nothing under /var/lib or /var/log; static
+pod manifests written atomically (the kubelet's file source reads a half-written file and logs an error); what
+the kubelet says of its pods (readiness, restart counts, its probe counters, its `SyncLoop (probe)` log lines);
+and a stop that removes the pods before the kubelet (a stopped kubelet leaves its containers running, as on a
+real node).
+
+The kubelet kills every pod sandbox of the runtime it does not know (orphans), so a test that runs one must be
+alone with its runtime: the e2e fixtures remove every sandbox before and after.
+Free of pytest (the benchmark imports it): `unavailable_reason()` says why it cannot run here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.netns_env import REPO_ROOT
+
+SHARED_KUBELET_DIR = REPO_ROOT.parent / "shared" / "kubelet"
+NODE_NAME = "node1"              # --hostname-override: static pods are named NAME-node1
+KUBELET_VERSION = "v1.32.10"     # what these tests were written against (kubelet --version)
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.1                     # the read-only port has no watch: status is polled this often
+HTTP_TIMEOUT_S = 5.0
+
+# The host sysctls the kubelet's container manager sets (setupKernelTunables) and the values it wants: where the
+# host's differ, the kubelet gets a private read-only file with its value, bound over the real one.
+KERNEL_TUNABLES = {"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
+                   "kernel/panic_on_oops": "1", "kernel/keys/root_maxkeys": "1000000",
+                   "kernel/keys/root_maxbytes": "25000000"}
+
+# Runs in `unshare --mount --propagation private`: $1 the work dir, $2 the kubelet, the rest its flags.
+_PRIVATE_MOUNTS = """\
+set -e
+dir=$1; kubelet=$2; shift 2
+while read -r key value; do
+  if [ "$(cat /proc/sys/$key)" != "$value" ]; then
+    copy="$dir/sysctl/$(echo "$key" | tr / .)"
+    echo "$value" > "$copy"
+    mount --bind "$copy" "/proc/sys/$key" && mount -o remount,bind,ro "/proc/sys/$key"
+  fi
+done < "$dir/sysctl/wanted"
+mount --bind "$dir/private/var-lib" /var/lib
+mount --bind "$dir/private/var-log" /var/log
+exec "$kubelet" "$@"
+"""
+
+
+def kubelet_binary() -> Path:
+    return Path(os.environ.get("KUBELET_BIN") or SHARED_KUBELET_DIR / "kubelet")
+
+
+def crictl_binary() -> Path:
+    return Path(os.environ.get("CRICTL_BIN") or SHARED_KUBELET_DIR / "crictl")
+
+
+def unavailable_reason() -> str | None:
+    """Why a real kubelet cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to run a kubelet"
+    binary = kubelet_binary()
+    if not os.access(binary, os.X_OK):
+        return (f"needs a kubelet binary ({KUBELET_VERSION}): none at {binary}; set KUBELET_BIN to one "
+                "(CI has it in ../shared/kubelet/)")
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "needs util-linux's unshare and mount (a private mount namespace for the kubelet)"
+    return None
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing on 127.0.0.1 listens on now, all different (held open together while chosen)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts") -> dict:
+    """A KubeletConfiguration for a standalone kubelet on a test machine: no cgroup hierarchy of its own, no
+    iptables, nothing bound beyond 127.0.0.1, anonymous read access (the tests read /pods and /metrics/probes)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "staticPodPath": str(workdir / "manifests"),
+        "fileCheckFrequency": "1s",   # a manifest written or removed is picked up within a second
+        "syncFrequency": "5s",
+        "containerRuntimeEndpoint": endpoint,
+        "imageServiceEndpoint": endpoint,
+        "failSwapOn": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "localStorageCapacityIsolation": False,
+        "makeIPTablesUtilChains": False,
+        "protectKernelDefaults": False,
+        "podLogsDir": str(workdir / "pod-logs"),
+        "volumePluginDir": str(workdir / "volume-plugins"),
+        "resolvConf": "/etc/resolv.conf",
+        "address": "127.0.0.1",
+        "port": ports.https,
+        "readOnlyPort": ports.read_only,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": ports.healthz,
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        # Image garbage collection would delete the locally imported test images (there is no registry).
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+    }
+
+
+@dataclass(frozen=True)
+class KubeletPorts:
+    read_only: int
+    https: int
+    healthz: int
+
+    @classmethod
+    def free(cls) -> "KubeletPorts":
+        return cls(*free_ports(3))
+
+
+# --- what the kubelet says of its pods (pure) ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ContainerView:
+    name: str
+    ready: bool
+    started: bool
+    restart_count: int
+    running: bool
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str                       # as the kubelet names a static pod: NAME-node1
+    uid: str
+    ready: bool                     # the Ready condition
+    pod_ip: str
+    containers: dict[str, ContainerView]
+    init_containers: dict[str, ContainerView]
+
+    @property
+    def restarts(self) -> int:
+        return sum(c.restart_count for c in (*self.containers.values(), *self.init_containers.values()))
+
+
+def _container_view(raw: Mapping) -> ContainerView:
+    return ContainerView(name=raw["name"], ready=bool(raw.get("ready")), started=bool(raw.get("started")),
+                         restart_count=int(raw.get("restartCount", 0)), running="running" in raw.get("state", {}))
+
+
+def pod_views(pod_list: Mapping) -> dict[str, PodView]:
+    """The read-only port's /pods (a core/v1 PodList) -> PodView by pod name."""
+    views = {}
+    for item in pod_list.get("items") or []:
+        status = item.get("status", {})
+        conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+        views[item["metadata"]["name"]] = PodView(
+            name=item["metadata"]["name"], uid=item["metadata"].get("uid", ""),
+            ready=conditions.get("Ready") == "True", pod_ip=status.get("podIP", ""),
+            containers={c["name"]: _container_view(c) for c in status.get("containerStatuses", [])},
+            init_containers={c["name"]: _container_view(c) for c in status.get("initContainerStatuses", [])},
+        )
+    return views
+
+
+def probe_counts(metrics_text: str) -> dict[tuple[str, str, str, str], float]:
+    """The kubelet's prober_probe_total by (pod, container, probe_type, result), e.g. ("web-node1", "web",
+    "Readiness", "successful"): what the kubelet's own prober counted."""
+    counts: dict[tuple[str, str, str, str], float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "prober_probe_total":
+                labels = sample.labels
+                key = (labels.get("pod", ""), labels.get("container", ""), labels.get("probe_type", ""),
+                       labels.get("result", ""))
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def readiness_changes(log_text: str) -> list[tuple[str, str]]:
+    """(pod, "ready" | "not ready") for each readiness change the kubelet logged (`"SyncLoop (probe)"
+    probe="readiness" status="not ready" pod="default/web-node1"`, kubelet.go syncLoopIteration, at -v=2)."""
+    changes = []
+    for line in log_text.splitlines():
+        if '"SyncLoop (probe)"' not in line or 'probe="readiness"' not in line:
+            continue
+        status = line.split('status="', 1)[1].split('"', 1)[0]
+        pod = line.split(' pod="', 1)[1].split('"', 1)[0]
+        changes.append((pod.split("/", 1)[-1], status))
+    return changes
+
+
+# --- the process --------------------------------------------------------------------------------------------------
+
+@dataclass
+class KubeletProcess:
+    """One kubelet in `workdir`, talking CRI to `endpoint`; static pods go into workdir/manifests."""
+
+    workdir: Path
+    endpoint: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    ports: KubeletPorts = field(default_factory=KubeletPorts.free)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def manifests(self) -> Path:
+        return self.workdir / "manifests"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "kubelet.log"
+
+    def start(self) -> "KubeletProcess":
+        for sub in ("manifests", "pod-logs", "volume-plugins", "root", "sysctl", "private/var-lib",
+                    "private/var-log"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        (self.workdir / "kubelet.json").write_text(json.dumps(kubelet_config(self.workdir, self.endpoint,
+                                                                             self.ports), indent=2))
+        (self.workdir / "sysctl" / "wanted").write_text("".join(f"{k} {v}\n" for k, v in KERNEL_TUNABLES.items()))
+        flags = [f"--config={self.workdir / 'kubelet.json'}", f"--root-dir={self.workdir / 'root'}",
+                 f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={NODE_NAME}", "-v=2"]
+        if self.node_labels:
+            flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", _PRIVATE_MOUNTS, "kubelet",
+                 str(self.workdir), str(kubelet_binary()), *flags],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"the kubelet did not come up (exit {self.proc.returncode}):\n{self.log_tail()}")
+            time.sleep(POLL_S)  # its healthz port has no event to wait on
+        return self
+
+    def _healthy(self) -> bool:
+        with contextlib.suppress(OSError, urllib.error.URLError):
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports.healthz}/healthz", timeout=1) as answer:
+                return answer.status == 200
+        return False
+
+    def log_tail(self, lines: int = 80) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    # --- static pods ---
+
+    def write_manifest(self, name: str, text: str) -> None:
+        """Atomically (a dot file renamed into place: the kubelet skips dot files)."""
+        staging = self.manifests / f".{name}.staging"
+        staging.write_text(text)
+        staging.rename(self.manifests / f"{name}.yaml")
+
+    def remove_manifest(self, name: str) -> None:
+        (self.manifests / f"{name}.yaml").unlink(missing_ok=True)
+
+    def manifest_names(self) -> list[str]:
+        return sorted(p.stem for p in self.manifests.glob("*.yaml"))
+
+    # --- what it says ---
+
+    def _get(self, path: str, port: int | None = None) -> bytes:
+        url = f"http://127.0.0.1:{port or self.ports.read_only}{path}"
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as answer:
+            return answer.read()
+
+    def pods(self) -> dict[str, PodView]:
+        return pod_views(json.loads(self._get("/pods")))
+
+    def probe_counts(self) -> dict[tuple[str, str, str, str], float]:
+        return probe_counts(self._get("/metrics/probes").decode())
+
+    def wait_for(self, what: str, condition: Callable[[dict[str, PodView]], bool],
+                 timeout_s: float = 60.0) -> dict[str, PodView]:
+        """Polls /pods until condition(pods) holds; returns those pods. The read-only port has no watch."""
+        deadline = time.monotonic() + timeout_s
+        pods: dict[str, PodView] = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the kubelet exited ({self.proc.returncode}) waiting for {what}:\n"
+                                     f"{self.log_tail()}")
+            pods = self.pods()
+            if condition(pods):
+                return pods
+            time.sleep(POLL_S)
+        raise AssertionError(f"no {what} within {timeout_s:g}s; the kubelet's pods: {pods}\n{self.log_tail(40)}")
+
+    def wait_for_counts(self, what: str, condition: Callable[[dict], bool], timeout_s: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        counts: dict = {}
+        while time.monotonic() < deadline:
+            counts = self.probe_counts()
+            if condition(counts):
+                return counts
+            time.sleep(POLL_S)
+        raise AssertionError(f"no {what} within {timeout_s:g}s; prober_probe_total: {counts}")
+
+    # --- stop ---
+
+    def remove_all_pods(self, pods_gone: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Removes every manifest and waits until pods_gone() (the caller asks the runtime: the kubelet drops a
+        pod from /pods as soon as its file is gone, before its containers are stopped)."""
+        for name in self.manifest_names():
+            self.remove_manifest(name)
+        deadline = time.monotonic() + timeout_s
+        while not pods_gone():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the kubelet did not stop its pods within {timeout_s:g}s:\n{self.log_tail()}")
+            time.sleep(POLL_S)
+
+    def stop(self) -> int:
+        """SIGTERM, as systemd stops it; its containers keep running (remove the pods first)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def running_kubelet(workdir: Path, endpoint: str, **options) -> Iterator[KubeletProcess]:
+    kubelet = KubeletProcess(workdir, endpoint, **options).start()
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()
+
+
+class ReadinessRecorder:
+    """Samples /pods in a thread, every POLL_S, while a scenario runs: every readiness and restart count seen.
+
+    A readiness flip lasts at least one probe period (the kubelet needs successThreshold successes to undo it), so
+    sampling every 100 ms sees any flip of a probe at 1 s; the kubelet's own log lines are read as well."""
+
+    def __init__(self, kubelet: KubeletProcess, pods: list[str]) -> None:
+        self.kubelet = kubelet
+        self.pods = pods
+        self.samples: list[tuple[float, dict[str, PodView]]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._log_start = 0
+
+    def __enter__(self) -> "ReadinessRecorder":
+        self._log_start = len(self.kubelet.log_text())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), self.kubelet.pods()))
+            except (OSError, ValueError) as exc:  # the kubelet answers anyway; keep what went wrong
+                self.errors.append(repr(exc))
+            self._stop.wait(POLL_S)
+
+    def not_ready_samples(self) -> dict[str, int]:
+        """How many samples saw each pod not Ready (or missing)."""
+        missing = {name: 0 for name in self.pods}
+        for _, pods in self.samples:
+            for name in self.pods:
+                if name not in pods or not pods[name].ready:
+                    missing[name] += 1
+        return {name: count for name, count in missing.items() if count}
+
+    def restarts(self) -> dict[str, int]:
+        """Each pod's highest restart count seen."""
+        seen: dict[str, int] = {}
+        for _, pods in self.samples:
+            for name in self.pods:
+                if name in pods:
+                    seen[name] = max(seen.get(name, 0), pods[name].restarts)
+        return seen
+
+    def logged_changes(self) -> list[tuple[str, str]]:
+        return readiness_changes(self.kubelet.log_text()[self._log_start:])
