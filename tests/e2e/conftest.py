@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.support.containerd_env import RECONCILE_INTERVAL_S, CriClient, Kubelet, Pod, running_containerd
+from tests.support.containerd_env import RECONCILE_INTERVAL_S, running_containerd
+from tests.support.cri_client import CriClient, Kubelet, Pod
 from tests.support.daemon_env import DaemonProcess
 from tests.support.netns_env import REPO_ROOT
 

@@ -16,7 +16,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.support.containerd_env import TCP_PORT
+from tests.support.containerd_session import TCP_PORT
 
 pytestmark = pytest.mark.e2e
 

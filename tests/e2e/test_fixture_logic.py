@@ -12,10 +12,11 @@ import tomllib
 import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from tests.support.containerd_env import (
+from tests.support.containerd_session import (
     CNI_BIN_DIR, RUNC, Session, cni_conflist, containerd_config, free_subnet, image_defs, mount_of, mounts_under,
-    sandbox_network, unescape_mount_path, workdir_root,
+    unescape_mount_path, workdir_root,
 )
+from tests.support.cri_client import sandbox_network
 from tests.support.oci_images import NAME_ANNOTATION, go_arch, is_static_elf, layout_tar
 
 FAKE_BUSYBOX = b"\x7fELF not really busybox"

@@ -43,7 +43,8 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
-from tests.support.containerd_env import ContainerdEnv, sandbox_network
+from tests.support.containerd_env import ContainerdEnv
+from tests.support.cri_client import sandbox_network
 from tests.support.daemon_env import DaemonProcess
 from tests.support.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
 from tests.support.netns_env import REPO_ROOT
