@@ -7,14 +7,12 @@ import json
 import sys
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
-from shim.state.results import ProbeLabels
 from shim.observe.tracing import MAX_PHASE_SPANS, AttemptTracer, grpc_status_attributes, split_address
+from tests.support.attempt_spans import by_name, make_tracer, record
 
 T0 = 1_700_000_000_123_456_789  # attempt start, ns since the epoch
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -42,24 +40,6 @@ def http_attempt_with_redirect() -> spec_pb.Attempt:
             ),
         ],
     )
-
-
-def make_tracer(**kwargs) -> tuple[AttemptTracer, InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    return AttemptTracer(span_processor=SimpleSpanProcessor(memory), **kwargs), memory
-
-
-def record(tracer: AttemptTracer, attempt: spec_pb.Attempt, **overrides) -> tuple[str, str]:
-    identity = dict(probe_id="p-1", probe_type=spec_pb.READINESS, sandbox_id="sb-1", container_name="web",
-                    pod_name="web-0", pod_namespace="shop", pod_uid="uid-1")
-    args = dict(spec=spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path="/a")))
-    for key, value in overrides.items():
-        (identity if key in identity else args)[key] = value
-    return tracer.record(attempt, ProbeLabels(**identity), **args)
-
-
-def by_name(spans, name):
-    return [s for s in spans if s.name == name]
 
 
 def test_one_span_per_attempt_with_a_child_per_phase_and_nested_redirect_hops():
@@ -285,26 +265,3 @@ def test_otlp_exporter_is_built_when_the_package_is_there():
     assert len(ids[0]) == 32
     # Nothing listens on 4317: the exporter retries, and shutdown gives up after its bound.
     assert tracer.shutdown(timeout_s=0.5) in (True, False)
-
-
-@pytest.mark.netns
-def test_a_real_attempt_through_a_worker_becomes_a_span_tree(pod_netns, worker):
-    server = pod_netns.spawn_python("http_server.py", "--host", "::", "--port", "0")
-    try:
-        spec = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(
-            path="/redirect?to=/ok", port=spec_pb.PortRef(number=server.port)))
-        attempt = worker.run_once(spec)
-    finally:
-        server.stop()
-    assert attempt.result == spec_pb.RESULT_SUCCESS, attempt.output
-    tracer, memory = make_tracer()
-    trace_id, span_id = record(tracer, attempt, spec=spec)
-    spans = memory.get_finished_spans()
-    (root,) = by_name(spans, "probe readiness http")
-    assert format(root.context.span_id, "016x") == span_id
-    assert root.attributes["network.peer.address"] == pod_netns.ipv4
-    (redirect,) = by_name(spans, "redirect")
-    assert redirect.parent.span_id == root.context.span_id
-    assert "connect" in {s.name for s in spans if s.parent and s.parent.span_id == redirect.context.span_id}
-    for span in spans:  # every phase lies within the attempt
-        assert root.start_time <= span.start_time <= span.end_time <= root.end_time

@@ -1,4 +1,4 @@
-"""The TCP socket probe executor: loopback in-process, then a real worker in a pod netns."""
+"""The TCP socket probe executor, in-process on loopback (through a real worker in a pod netns: tests/system/test_tcp_probe_in_pod.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
 from probe_worker.probes import tcp as tcp_probe
+from tests.support.tcp_probe_specs import tcp_spec
 
 SERVERS = Path(__file__).resolve().parents[1] / "support" / "servers"
-
-
-def tcp_spec(port: int, timeout_ms: int = 1000) -> spec_pb.ProbeSpec:
-    return spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=port)), timeout_ms=timeout_ms)
 
 
 def probe_once(endpoint: Endpoint, timeout: float = 1.0):
@@ -112,34 +107,3 @@ def test_ipv6_refused_brackets_the_address():
     finally:
         blocker.close()
     assert outcome.output == f"dial tcp [::1]:{port}: connect: connection refused"
-
-
-# ---------------------------------------------------------------- through a real worker in a pod netns
-
-
-@pytest.mark.netns
-def test_worker_tcp_open_and_refused_on_the_pod_ip(pod_netns, worker):
-    server = pod_netns.spawn_python("tcp_server.py", "--mode", "silent")
-    attempt = worker.run_once(tcp_spec(server.port))
-    assert (attempt.result, attempt.output, attempt.address) == (SUCCESS, "", f"{pod_netns.ipv4}:{server.port}")
-
-    server.stop()
-    attempt = worker.run_once(tcp_spec(server.port))
-    assert (attempt.result, attempt.output) == (FAILURE, f"dial tcp {pod_netns.ipv4}:{server.port}: connect: connection refused")
-
-
-@pytest.mark.netns
-def test_worker_tcp_any_family_falls_back_to_ipv6(pod_netns, worker):
-    server = pod_netns.spawn_python("tcp_server.py", "--mode", "silent", "--host", pod_netns.ipv6)
-    spec = tcp_spec(server.port)
-    spec.ip_family = spec_pb.ANY
-    attempt = worker.run_once(spec)
-    assert (attempt.result, attempt.address) == (SUCCESS, f"[{pod_netns.ipv6}]:{server.port}")
-
-
-@pytest.mark.netns
-def test_worker_tcp_connect_timeout(pod_netns, worker):
-    server = pod_netns.spawn_python("tcp_server.py", "--mode", "full-backlog", "--host", pod_netns.ipv4)
-    attempt = worker.run_once(tcp_spec(server.port, timeout_ms=300))
-    assert (attempt.result, attempt.output) == (FAILURE, f"dial tcp {pod_netns.ipv4}:{server.port}: i/o timeout")
-    assert attempt.duration_ns < 1_300_000_000
