@@ -4,7 +4,7 @@ All paths fetch the same URL from inside the pod: with containerd, the pod's
 tests/support/servers/http_server.py on 127.0.0.1 (an application-like server; the image's busybox
 httpd forks per request, which would add ~0.4 ms to every path alike and flatten the
 ratios), else bench/targets.py's /healthz. They are timed by the caller (wall time), in
-turns of BLOCK calls per path (bench/proxy_latency.py's `interleaved`) so that load from
+turns of BLOCK calls per path (bench/interleave.py's `interleaved`) so that load from
 elsewhere hits every path alike:
 - ExecProbe: client -> shim -> worker (already running) -> client, one persistent channel;
 - the kubelet bridge: CRI ExecSync of the marker command (shim/bridge/command.py, `--target
@@ -25,9 +25,10 @@ from __future__ import annotations
 import shutil
 
 from bench.env import sandbox_rig
-from bench.proxy_latency import (
-    HEALTHZ_PATH, SERVER_PATH, exec_probe_call, exec_sync_call, http_probe_spec, interleaved, subprocess_call, wget_argv,
+from bench.cri_calls import (
+    HEALTHZ_PATH, SERVER_PATH, exec_probe_call, exec_sync_call, http_probe_spec, subprocess_call, wget_argv,
 )
+from bench.interleave import interleaved
 from bench.stats import ratio, summarize
 from bench.targets import HTTP_PORT
 from cri_proto import probe_service_pb2 as service_pb
@@ -37,7 +38,7 @@ from shim.bridge.command import command_for
 BASE = "exec_probe"
 BRIDGED = "bridged_exec_sync"
 REAL_EXEC = "exec_sync_wget"
-# Calls per path in a row (see proxy_latency.interleaved): an ExecSync's aftermath (containerd and runc
+# Calls per path in a row (see bench/interleave.py): an ExecSync's aftermath (containerd and runc
 # reaping the exec) would otherwise land on the ExecProbe call right after it on a 2-core machine.
 BLOCK = 10
 

@@ -19,26 +19,19 @@ The client is sync grpcio, one call at a time, each with a deadline, as the kube
     python3 bench/proxy_latency.py --fake               # the proxy alone, in front of tests/support/fake_cri.py
     python3 bench/proxy_latency.py --json
 
-bench/suite.py reuses `ContainerdRig`, `proxy_overhead`, `interleaved` and the call builders.
+This module owns the two measurements and their report; the parts live beside it: bench/interleave.py (timing in
+interleaved turns), bench/cri_calls.py (the timed calls), bench/containerd_rig.py (containerd, the pods and the
+shims; the suite's exec and proxy scenarios use it too) and bench/fake_proxy.py (--fake). bench/suite.py reuses
+`proxy_overhead`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import os
-import selectors
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,126 +39,18 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import grpc  # noqa: E402
 
+from bench.containerd_rig import ContainerdRig  # noqa: E402
+from bench.cri_calls import (  # noqa: E402
+    HEALTHZ_PATH, SERVER_PATH, cri_call, curl_argv, exec_probe_call, exec_sync_call, http_probe_spec, subprocess_call,
+    wget_argv,
+)
+from bench.interleave import compare, interleaved  # noqa: E402
 from bench.stats import summarize  # noqa: E402
 from cri_proto import cri_runtime_v1_pb2 as cri_pb  # noqa: E402
-from cri_proto import probe_service_pb2 as service_pb  # noqa: E402
-from cri_proto import probe_service_pb2_grpc as service_grpc  # noqa: E402
-from cri_proto import probe_spec_pb2 as spec_pb  # noqa: E402
 
-RUNTIME = "/runtime.v1.RuntimeService"
-KUBELET_TIMEOUT_S = 120.0  # kubelet's default --runtime-request-timeout (2m)
-READY_TIMEOUT_S = 15.0
-HEALTHZ_PATH = "/healthz"   # the busybox httpd of the test image
-SERVER_PATH = "/ok"         # tests/support/servers/http_server.py
-PROBE_TIMEOUT_MS = 1000
-WARM_PROBE_PERIOD_MS = 10_000  # the probe that keeps the worker up: rare enough not to disturb the measurement
 # grpc's own default (EventEngine endpoints on), for a shim to compare with (see shim/grpc_tuning.py). The
 # operator's GRPC_EXPERIMENTS wins over the daemon's tuning, so this re-enables what the daemon turns off.
 GRPC_DEFAULTS_ENV = {"GRPC_EXPERIMENTS": "event_engine_client,event_engine_listener"}
-
-Call = Callable[[], object]
-
-
-# ---------------------------------------------------------------- measuring (pure apart from the calls)
-
-
-def timed(call: Call) -> float:
-    begin = time.perf_counter_ns()
-    call()
-    return (time.perf_counter_ns() - begin) / 1e6
-
-
-def interleaved(calls: dict[str, Call], count: int, warmup: int = 0, block: int = 1) -> dict[str, list[float]]:
-    """Milliseconds of `count` calls of each path, taken in turns of `block` calls after a warm-up. Each turn
-    starts one path further (a b c, b c a, c a b, ...): no path always runs right after the same other one.
-
-    block > 1 is for paths whose cost lingers after they return (an ExecSync leaves containerd and runc
-    reaping the exec for milliseconds): one call in `block` follows another path, so each path's median is
-    its own cost, while slow drift of the machine still hits every path alike."""
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
-    names = list(calls)
-    out: dict[str, list[float]] = {name: [] for name in names}
-    for turn in range(-(-count // block)):
-        for i in range(len(names)):
-            name = names[(turn + i) % len(names)]
-            for _ in range(min(block, count - len(out[name]))):
-                out[name].append(timed(calls[name]))
-    return out
-
-
-def compare(base_ms: list[float], other_ms: list[float]) -> dict:
-    """Summaries of both paths, the difference of medians and the median of paired (neighbouring) differences."""
-    base, other = summarize(base_ms), summarize(other_ms)
-    paired = [o - b for b, o in zip(base_ms, other_ms)]
-    return {
-        "base": base, "other": other,
-        "added_median_ms": round(other["median"] - base["median"], 3),
-        "added_paired_median_ms": round(statistics.median(paired), 3),
-        "ratio_median": round(other["median"] / base["median"], 2) if base["median"] else None,
-    }
-
-
-# ---------------------------------------------------------------- the calls
-
-
-def cri_call(channel: grpc.Channel, method: str, request: bytes) -> Call:
-    """A raw unary CRI call (bytes in, bytes out: nothing is decoded in the loop) with the kubelet's deadline."""
-    stub = channel.unary_unary(f"{RUNTIME}/{method}")
-    return lambda: stub(request, timeout=KUBELET_TIMEOUT_S)
-
-
-def exec_probe_call(channel: grpc.Channel, sandbox_id: str, spec: spec_pb.ProbeSpec,
-                    attempts_ms: list[float] | None = None) -> Call:
-    """One ExecProbe on a persistent channel; a failed attempt aborts the benchmark. With `attempts_ms`, each
-    attempt's own duration (measured by the worker) is appended to it."""
-    stub = service_grpc.ProbeServiceStub(channel)
-    request = service_pb.ExecProbeRequest(pod_sandbox_id=sandbox_id, spec=spec)
-
-    def call() -> service_pb.ExecProbeResponse:
-        response = stub.ExecProbe(request, timeout=10)
-        if response.attempt.result != spec_pb.RESULT_SUCCESS:
-            raise RuntimeError(f"ExecProbe failed: {response.attempt.output}")
-        if attempts_ms is not None:
-            attempts_ms.append(response.attempt.duration_ns / 1e6)
-        return response
-
-    return call
-
-
-def exec_sync_call(channel: grpc.Channel, container_id: str, argv: list[str]) -> Call:
-    stub = channel.unary_unary(f"{RUNTIME}/ExecSync", request_serializer=cri_pb.ExecSyncRequest.SerializeToString,
-                               response_deserializer=cri_pb.ExecSyncResponse.FromString)
-    request = cri_pb.ExecSyncRequest(container_id=container_id, cmd=argv, timeout=1)
-
-    def call() -> cri_pb.ExecSyncResponse:
-        response = stub(request, timeout=30)
-        if response.exit_code != 0:
-            raise RuntimeError(f"ExecSync exit {response.exit_code}: {response.stderr!r}")
-        return response
-
-    return call
-
-
-def subprocess_call(argv: list[str]) -> Call:
-    return lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
-
-
-def http_probe_spec(port: int, path: str = HEALTHZ_PATH) -> spec_pb.ProbeSpec:
-    return spec_pb.ProbeSpec(
-        http_get=spec_pb.HTTPGetAction(path=path, port=spec_pb.PortRef(number=port)),
-        target=spec_pb.LOOPBACK, timeout_ms=PROBE_TIMEOUT_MS,
-    )
-
-
-def wget_argv(port: int, path: str = HEALTHZ_PATH) -> list[str]:
-    # No -T: busybox-static's wget crashes (SIGSEGV) with it here; ExecSync and subprocess timeouts bound it.
-    return ["busybox", "wget", "-q", "-O", "-", f"http://127.0.0.1:{port}{path}"]
-
-
-def curl_argv(port: int, path: str = HEALTHZ_PATH) -> list[str]:
-    return ["curl", "-sf", "-m", "1", "-o", "/dev/null", f"http://127.0.0.1:{port}{path}"]
 
 
 # ---------------------------------------------------------------- the measurements
@@ -188,7 +73,7 @@ def proxy_overhead(direct: grpc.Channel, proxied: grpc.Channel, count: int, warm
     return results
 
 
-def exec_comparison(rig: "ContainerdRig", count: int, slow_count: int, target: str = "server",
+def exec_comparison(rig: ContainerdRig, count: int, slow_count: int, target: str = "server",
                     warmup: int = 100) -> dict:
     """ExecProbe vs ExecSync(busybox wget) vs nsenter + curl / busybox wget, all against one server in one pod."""
     pod = rig.pods[0]
@@ -222,170 +107,6 @@ def exec_comparison(rig: "ContainerdRig", count: int, slow_count: int, target: s
     return results
 
 
-# ---------------------------------------------------------------- containerd, pods and the shim
-
-
-@dataclass
-class ContainerdRig:
-    """A private containerd with `pod_count` pod sandboxes (busybox httpd on the pod's 127.0.0.1:8080 in each),
-    tests/support/servers/http_server.py on 127.0.0.1:`server_port` in the first pod's netns, and a shim daemon in front
-    of containerd with one probe registered in the first pod (its worker stays up), started with `shim_env`
-    added to the environment. `shim_envs`: more shims, each with its own extra environment (`others`, by name)."""
-    pod_count: int = 3
-    shim_env: dict[str, str] = field(default_factory=dict)
-    shim_envs: dict[str, dict[str, str]] = field(default_factory=dict)
-    env: object = None
-    shim: object = None
-    others: dict = field(default_factory=dict)
-    pods: list = field(default_factory=list)
-    direct: grpc.Channel | None = None
-    busybox: str = ""
-    http_port: int = 0     # busybox httpd in the "http" container of every pod
-    server_port: int = 0   # tests/support/servers/http_server.py in the first pod's netns
-    _server: subprocess.Popen | None = None
-    _workdirs: list[Path] = field(default_factory=list)
-
-    def __enter__(self) -> "ContainerdRig":
-        from tests.support.containerd_env import HTTP_PORT, ContainerdEnv, CriClient, Kubelet, cri_channel, \
-            sweep_stale_sessions, unavailable_reason
-
-        reason = unavailable_reason()
-        if reason is not None:
-            raise SystemExit(f"containerd benchmark unavailable: {reason}")
-        sweep_stale_sessions()
-        self.http_port = HTTP_PORT
-        self.env = ContainerdEnv.create()
-        try:
-            self.env.start()
-            self.busybox = self.env.busybox
-            self.direct = cri_channel(self.env.endpoint)
-            kubelet = Kubelet(CriClient(self.direct), self.env)
-            for n in range(self.pod_count):
-                pod = kubelet.run_pod(f"bench-{n}")
-                kubelet.start_container(pod, "http", self.env.images.http)
-                self.pods.append(pod)
-            self._server, ready = start(["nsenter", f"--net={self.pods[0].netns_path}", sys.executable,
-                                         "tests/support/servers/http_server.py", "--host", "127.0.0.1", "--port", "0"])
-            self.server_port = int(ready.split()[1])
-            self.shim = self._start_shim(self.shim_env)
-            for name, extra in self.shim_envs.items():
-                self.others[name] = self._start_shim(extra)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def _start_shim(self, extra_env: dict[str, str]):
-        from tests.support.daemon_env import DaemonProcess
-
-        workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
-        self._workdirs.append(workdir)
-        daemon = DaemonProcess(workdir, ["--runtime-endpoint", self.env.endpoint])
-        with patched_environ(extra_env):  # DaemonProcess passes this process's environment on
-            daemon.start()
-        spec = http_probe_spec(self.server_port, SERVER_PATH)
-        spec.period_ms = WARM_PROBE_PERIOD_MS
-        service_grpc.ProbeServiceStub(daemon.channel).RunProbe(service_pb.RunProbeRequest(
-            pod_sandbox_id=self.pods[0].id, container_name="http", type=spec_pb.READINESS, spec=spec), timeout=60)
-        return daemon
-
-    def __exit__(self, *exc_info: object) -> None:
-        for daemon in [self.shim, *self.others.values()]:
-            if daemon is not None and daemon.proc is not None:
-                daemon.stop()
-        if self._server is not None:
-            stop(self._server)
-        if self.direct is not None:
-            self.direct.close()
-        if self.env is not None:
-            errors = self.env.stop()
-            if errors:
-                print(f"containerd teardown: {errors}", file=sys.stderr)
-        for workdir in self._workdirs:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def patched_environ(extra: dict[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-# ---------------------------------------------------------------- --fake: the proxy alone, before a fake runtime
-
-
-async def serve_proxy(listen: str, upstream_endpoint: str) -> None:
-    from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
-
-    upstream = upstream_channel(upstream_endpoint)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((cri_proxy_handler(upstream),))
-    server.add_insecure_port(f"unix:{listen}")
-    await server.start()
-    stop_event = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop_event.set)
-    print(f"READY {listen}", flush=True)
-    await stop_event.wait()
-    await server.stop(None)
-    await upstream.close()
-
-
-def start(argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """Starts a server process and waits (bounded) for its READY line; returns the process and that line."""
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(READY_TIMEOUT_S):
-            proc.kill()
-            raise SystemExit(f"{argv} did not print READY within {READY_TIMEOUT_S}s")
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"{argv} failed to start: {line!r}")
-    return proc, line
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-@contextlib.contextmanager
-def fake_rig() -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
-    """(direct, proxied) channels: tests/support/fake_cri.py, and this module's proxy process in front of it (with the
-    daemon's gRPC tuning, shim/grpc_tuning.py, applied as the daemon applies it)."""
-    from shim import grpc_tuning
-
-    workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
-    runtime_sock, proxy_sock = workdir / "cri.sock", workdir / "proxy.sock"
-    procs: list[subprocess.Popen] = []
-    proxy_env = dict(os.environ)
-    grpc_tuning.apply(proxy_env)
-    try:
-        procs.append(start([sys.executable, "-m", "tests.support.fake_cri", "--socket", str(runtime_sock)])[0])
-        procs.append(start([sys.executable, str(Path(__file__).resolve()), "--serve-proxy", "--listen",
-                            str(proxy_sock), "--upstream", f"unix://{runtime_sock}"], env=proxy_env)[0])
-        with grpc.insecure_channel(f"unix:{runtime_sock}") as direct, \
-                grpc.insecure_channel(f"unix:{proxy_sock}") as proxied:
-            yield direct, proxied
-    finally:
-        for proc in reversed(procs):
-            stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
 # ---------------------------------------------------------------- report
 
 
@@ -393,6 +114,8 @@ def run(fake: bool, count: int, exec_count: int, pods: int, warmup: int, target:
         apply_tuning: bool) -> dict:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     if fake:
+        from bench.fake_proxy import fake_rig
+
         with fake_rig() as (direct, proxied):
             results: dict = {"runtime": "fake", "proxy": proxy_overhead(direct, proxied, count, warmup)}
     else:
@@ -455,13 +178,7 @@ def main() -> int:
                         help="start the shim with shim/grpc_tuning.py applied to its environment (for a daemon "
                              "whose entry point does not apply it itself)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    parser.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--listen", help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_proxy:
-        asyncio.run(serve_proxy(args.listen, args.upstream))
-        return 0
     results = run(args.fake, args.count, args.exec_count, args.pods, args.warmup, args.target, args.ab_grpc_defaults,
                   args.apply_grpc_tuning)
     if args.json:
