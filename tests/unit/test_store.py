@@ -1,4 +1,5 @@
-"""The probe store: durable registrations in SQLite (round trip, upsert, delete, reopen, crash, corruption)."""
+"""The probe store: durable registrations in SQLite (round trip, upsert, delete, reopen, crash, corruption; full and
+read-only disks: tests/system/test_store_disk_refusals.py)."""
 
 from __future__ import annotations
 
@@ -22,30 +23,9 @@ from shim.state import schema
 from shim.state import store as store_mod
 from shim.state.schema import decode_registration, registration_of
 from shim.state.store import CorruptRow, ProbeStore, StoreCorrupt, StoreError, StoreUnavailable
+from tests.support.store_records import registration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def registration(probe_id: str = "p1", sandbox: str = "sb1", container: str = "c1",
-                 probe_type: int = spec_pb.READINESS, **overrides) -> service_pb.Probe:
-    probe = service_pb.Probe(
-        probe_id=probe_id,
-        pod_sandbox_id=sandbox,
-        container_id=container,
-        container_name="app",
-        type=probe_type,
-        spec=spec_pb.ProbeSpec(
-            http_get=spec_pb.HTTPGetAction(path="/healthz", port=spec_pb.PortRef(name="http")),
-            period_ms=2500, timeout_ms=700, failure_threshold=5,
-        ),
-        labels={"team": "a", "tier": "web"},
-        container_started_at=1_700_000_000_000_000_000,
-        container_ports=[spec_pb.ContainerPort(name="http", container_port=8080, protocol="TCP")],
-        created_at=1_700_000_000_123_456_789,
-    )
-    for name, value in overrides.items():
-        setattr(probe, name, value)
-    return probe
 
 
 def with_status(probe: service_pb.Probe) -> service_pb.Probe:
@@ -206,64 +186,12 @@ def test_a_state_dir_that_cannot_be_created_is_unavailable_not_corrupt(tmp_path)
         ProbeStore(tmp_path / "file" / "probes.db")
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs")
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path):
-    state = tmp_path / "state"
-    state.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(state)], check=True)
-    yield state
-    subprocess.run(["umount", "-l", str(state)], check=True)
-
-
-def fill_up(directory: Path) -> Path:
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        with pytest.raises(OSError, match="No space left"):
-            while True:
-                f.write(bytes(4096))
-    return filler
-
-
-@needs_root
-def test_a_full_state_dir_refuses_writes_and_keeps_what_was_committed(tiny_tmpfs):
-    with ProbeStore(tiny_tmpfs / "probes.db") as store:
-        store.save(registration("p1"))
-        filler = fill_up(tiny_tmpfs)
-        with pytest.raises(StoreUnavailable, match=r"\[Errno 28\] No space left on device .*probe p2 not stored"):
-            store.save(registration("p2", container="c2"))
-        with pytest.raises(StoreUnavailable, match="1 probe.s. not removed"):
-            store.delete(["p1"])
-        assert [p.probe_id for p in store.load_all()] == ["p1"]
-        filler.unlink()
-        store.save(registration("p2", container="c2"))  # the same connection works again
-        store.delete(["p1"])
-    with ProbeStore(tiny_tmpfs / "probes.db") as store:
-        assert [p.probe_id for p in store.load_all()] == ["p2"]
-
-
-@needs_root
-def test_a_read_only_state_dir_is_unavailable_and_left_untouched(tmp_path):
-    state = tmp_path / "state"
-    ProbeStore(state / "probes.db").close()
-    before = sorted(os.listdir(state))
-    subprocess.run(["mount", "--bind", "-o", "ro", str(state), str(state)], check=True)
-    try:
-        with pytest.raises(StoreUnavailable, match=r"\[Errno 30\] Read-only file system; cannot open the probe store"):
-            ProbeStore(state / "probes.db")
-        assert sorted(os.listdir(state)) == before
-    finally:
-        subprocess.run(["umount", str(state)], check=True)
-
-
 def test_saved_probe_survives_sigkill_right_after_save_returns(db_path):
     """A real process saves, then is killed by SIGKILL before it can do anything else (no close, no atexit)."""
     child = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(REPO_ROOT)!r})
-        from tests.unit.test_store import registration
+        from tests.support.store_records import registration
         from shim.state.store import ProbeStore
         store = ProbeStore({str(db_path)!r})
         store.save(registration("before", container="c0"))
