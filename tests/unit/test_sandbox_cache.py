@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 
 import pytest
 
 from shim.sandboxes.cache import ResolvedSandboxes, fresh, open_pidfd, pidfd_exited
 from shim.sandboxes.resolver import SandboxInfo, SandboxNotFound, SandboxNotReady
-
-PAUSE = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # lives until its stdin closes
+from tests.support.sandbox_sources import FakeSource, info, pause, stop  # noqa: F401  (pause: a fixture)
 
 
 def test_fresh_needs_a_living_process_and_a_young_resolution():
@@ -23,52 +20,12 @@ def test_fresh_needs_a_living_process_and_a_young_resolution():
     assert not fresh(resolved_at=100.0, now=99.0, ttl_s=10.0, process_exited=False)  # a clock that went back
 
 
-class FakeSource:
-    """Answers from a table, counts calls; an exception in the table is raised."""
-
-    def __init__(self, answers: dict[str, SandboxInfo | Exception]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    async def resolve(self, sandbox_id: str) -> SandboxInfo:
-        self.calls.append(sandbox_id)
-        answer = self.answers[sandbox_id]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def pause():
-    """Starts stand-ins for pause processes; `.stop()` ends one and reaps it."""
-    procs: list[subprocess.Popen] = []
-
-    def start() -> subprocess.Popen:
-        proc = subprocess.Popen(PAUSE, stdin=subprocess.PIPE)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        stop(proc)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.stdin.close()
-        proc.wait(timeout=10)
-
-
-def info(sandbox_id: str, pid: int, ready: bool = True) -> SandboxInfo:
-    return SandboxInfo(id=sandbox_id, netns_path=f"/proc/{pid}/ns/net", pod_ips=("10.0.0.7",), ready=ready, pid=pid)
 
 
 def pidfds() -> int:

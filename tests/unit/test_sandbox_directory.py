@@ -7,7 +7,7 @@ import asyncio
 
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import SandboxInfo
-from tests.unit.test_sandbox_cache import FakeSource, info, pause  # noqa: F401  (pause: a fixture)
+from tests.support.sandbox_sources import FakeSource, info, pause  # noqa: F401  (pause: a fixture)
 
 
 def test_resolve_asks_the_source_every_time_and_resolve_cached_once(pause):

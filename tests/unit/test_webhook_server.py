@@ -20,10 +20,10 @@ import jsonpatch
 import psutil
 import pytest
 
-from tests.unit.test_webhook_admission import web_pod
 from tests.support.webhook_env import (
     HANDSHAKE_TIMEOUT_S, REQUEST_TIMEOUT_S, SERVICE_NAME, ServiceConnection, Webhook, certs, post, review,
 )
+from tests.support.webhook_pods import web_pod
 
 @pytest.fixture
 def webhook(tmp_path):
