@@ -1,6 +1,6 @@
 """The kubelet bridge against a real containerd: ExecSync exactly as today's kubelet sends it, through the shim.
 
-The kubelet is not installable here; `Kubelet.exec_sync` (tests/support/containerd_env.py) sends what its exec prober and
+The kubelet is not installable here; `Kubelet.exec_sync` (tests/support/cri_client.py) sends what its exec prober and
 exec hook runner send (cri-client remote_runtime.go: container id, the command, the timeout in whole seconds;
 the call's deadline is 2 minutes plus the timeout, none for a hook), and tests/support/kubelet_exec_model.py reads the
 answer as the kubelet's prober (pkg/probe/exec) and hook runner (pkg/kubelet/lifecycle) read it. Expected outputs
@@ -32,11 +32,12 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from shim.bridge.command import MARKER, command_for
-from tests.support.containerd_env import HTTP_PORT, CriClient, Kubelet
+from tests.support.containerd_session import HTTP_PORT
+from tests.support.cri_client import CriClient, Kubelet
 from tests.support.daemon_env import DaemonProcess
-from tests.e2e.test_containerd import cannot_connect, probectl
 from tests.support.kubelet_exec_model import hook_error, probe_verdict
 from tests.support.netns_env import REPO_ROOT
+from tests.support.shim_calls import cannot_connect, probectl
 
 pytestmark = pytest.mark.e2e
 
