@@ -46,7 +46,8 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.cri_client import sandbox_network
 from tests.support.daemon_env import DaemonProcess
-from tests.support.kubelet_env import NODE_NAME, KubeletProcess, ReadinessRecorder, crictl_binary
+from tests.support.kubelet_env import NODE_NAME, KubeletProcess, crictl_binary
+from tests.support.kubelet_views import ReadinessRecorder
 from tests.support.netns_env import REPO_ROOT
 from tests.support.webhook_env import Webhook, admit, review
 

@@ -4,10 +4,9 @@ Owns: finding the kubelet and crictl (`KUBELET_BIN` / `CRICTL_BIN`, else `../sha
 repository); the kubelet's standalone configuration (no API server: static pods from a folder, the read-only port
 for `/pods` and `/metrics/probes`, ports of its own so that it never meets another kubelet); starting it in a
 private mount namespace, so that it changes no host sysctl and writes nothing under /var/lib or /var/log; static
-pod manifests written atomically (the kubelet's file source reads a half-written file and logs an error); what
-the kubelet says of its pods (readiness, restart counts, its probe counters, its `SyncLoop (probe)` log lines);
-and a stop that removes the pods before the kubelet (a stopped kubelet leaves its containers running, as on a
-real node).
+pod manifests written atomically (the kubelet's file source reads a half-written file and logs an error); asking
+it for its pods and probe counters (read by tests/support/kubelet_views.py); and a stop that removes the pods
+before the kubelet (a stopped kubelet leaves its containers running, as on a real node).
 
 The kubelet kills every pod sandbox of the runtime it does not know (orphans), so a test that runs one must be
 alone with its runtime: the e2e fixtures remove every sandbox before and after.
@@ -23,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,16 +29,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from tests.support.kubelet_views import (
+    POLL_S, PodView, ReadinessRecorder, pod_views, probe_counts, readiness_changes,
+)
 from tests.support.netns_env import REPO_ROOT
+
+# Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.
+__all__ = ["KUBELET_VERSION", "NODE_NAME", "POLL_S", "KubeletPorts", "KubeletProcess", "ReadinessRecorder",
+           "crictl_binary", "free_ports", "kubelet_config", "pod_views", "probe_counts", "readiness_changes", "running_kubelet",
+           "unavailable_reason"]
 
 SHARED_KUBELET_DIR = REPO_ROOT.parent / "shared" / "kubelet"
 NODE_NAME = "node1"              # --hostname-override: static pods are named NAME-node1
 KUBELET_VERSION = "v1.32.10"     # what these tests were written against (kubelet --version)
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-POLL_S = 0.1                     # the read-only port has no watch: status is polled this often
 HTTP_TIMEOUT_S = 5.0
 
 # The host sysctls the kubelet's container manager sets (setupKernelTunables) and the values it wants: where the
@@ -142,78 +145,6 @@ class KubeletPorts:
     @classmethod
     def free(cls) -> "KubeletPorts":
         return cls(*free_ports(3))
-
-
-# --- what the kubelet says of its pods (pure) ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ContainerView:
-    name: str
-    ready: bool
-    started: bool
-    restart_count: int
-    running: bool
-
-
-@dataclass(frozen=True)
-class PodView:
-    name: str                       # as the kubelet names a static pod: NAME-node1
-    uid: str
-    ready: bool                     # the Ready condition
-    pod_ip: str
-    containers: dict[str, ContainerView]
-    init_containers: dict[str, ContainerView]
-
-    @property
-    def restarts(self) -> int:
-        return sum(c.restart_count for c in (*self.containers.values(), *self.init_containers.values()))
-
-
-def _container_view(raw: Mapping) -> ContainerView:
-    return ContainerView(name=raw["name"], ready=bool(raw.get("ready")), started=bool(raw.get("started")),
-                         restart_count=int(raw.get("restartCount", 0)), running="running" in raw.get("state", {}))
-
-
-def pod_views(pod_list: Mapping) -> dict[str, PodView]:
-    """The read-only port's /pods (a core/v1 PodList) -> PodView by pod name."""
-    views = {}
-    for item in pod_list.get("items") or []:
-        status = item.get("status", {})
-        conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
-        views[item["metadata"]["name"]] = PodView(
-            name=item["metadata"]["name"], uid=item["metadata"].get("uid", ""),
-            ready=conditions.get("Ready") == "True", pod_ip=status.get("podIP", ""),
-            containers={c["name"]: _container_view(c) for c in status.get("containerStatuses", [])},
-            init_containers={c["name"]: _container_view(c) for c in status.get("initContainerStatuses", [])},
-        )
-    return views
-
-
-def probe_counts(metrics_text: str) -> dict[tuple[str, str, str, str], float]:
-    """The kubelet's prober_probe_total by (pod, container, probe_type, result), e.g. ("web-node1", "web",
-    "Readiness", "successful"): what the kubelet's own prober counted."""
-    counts: dict[tuple[str, str, str, str], float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == "prober_probe_total":
-                labels = sample.labels
-                key = (labels.get("pod", ""), labels.get("container", ""), labels.get("probe_type", ""),
-                       labels.get("result", ""))
-                counts[key] = counts.get(key, 0.0) + sample.value
-    return counts
-
-
-def readiness_changes(log_text: str) -> list[tuple[str, str]]:
-    """(pod, "ready" | "not ready") for each readiness change the kubelet logged (`"SyncLoop (probe)"
-    probe="readiness" status="not ready" pod="default/web-node1"`, kubelet.go syncLoopIteration, at -v=2)."""
-    changes = []
-    for line in log_text.splitlines():
-        if '"SyncLoop (probe)"' not in line or 'probe="readiness"' not in line:
-            continue
-        status = line.split('status="', 1)[1].split('"', 1)[0]
-        pod = line.split(' pod="', 1)[1].split('"', 1)[0]
-        changes.append((pod.split("/", 1)[-1], status))
-    return changes
 
 
 # --- the process --------------------------------------------------------------------------------------------------
@@ -365,57 +296,3 @@ def running_kubelet(workdir: Path, endpoint: str, **options) -> Iterator[Kubelet
         yield kubelet
     finally:
         kubelet.stop()
-
-
-class ReadinessRecorder:
-    """Samples /pods in a thread, every POLL_S, while a scenario runs: every readiness and restart count seen.
-
-    A readiness flip lasts at least one probe period (the kubelet needs successThreshold successes to undo it), so
-    sampling every 100 ms sees any flip of a probe at 1 s; the kubelet's own log lines are read as well."""
-
-    def __init__(self, kubelet: KubeletProcess, pods: list[str]) -> None:
-        self.kubelet = kubelet
-        self.pods = pods
-        self.samples: list[tuple[float, dict[str, PodView]]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._log_start = 0
-
-    def __enter__(self) -> "ReadinessRecorder":
-        self._log_start = len(self.kubelet.log_text())
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.samples.append((time.monotonic(), self.kubelet.pods()))
-            except (OSError, ValueError) as exc:  # the kubelet answers anyway; keep what went wrong
-                self.errors.append(repr(exc))
-            self._stop.wait(POLL_S)
-
-    def not_ready_samples(self) -> dict[str, int]:
-        """How many samples saw each pod not Ready (or missing)."""
-        missing = {name: 0 for name in self.pods}
-        for _, pods in self.samples:
-            for name in self.pods:
-                if name not in pods or not pods[name].ready:
-                    missing[name] += 1
-        return {name: count for name, count in missing.items() if count}
-
-    def restarts(self) -> dict[str, int]:
-        """Each pod's highest restart count seen."""
-        seen: dict[str, int] = {}
-        for _, pods in self.samples:
-            for name in self.pods:
-                if name in pods:
-                    seen[name] = max(seen.get(name, 0), pods[name].restarts)
-        return seen
-
-    def logged_changes(self) -> list[tuple[str, str]]:
-        return readiness_changes(self.kubelet.log_text()[self._log_start:])
