@@ -18,11 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import select
 import socket
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,10 +32,12 @@ import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
+from bench.children import end, read_line, spawn  # noqa: E402
 from bench.target_protocols import CHECK_PATH, grpc_frame  # noqa: E402
 
 KINDS = ("http", "tcp", "grpc")
 REPLY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
 _LINGER_RST = struct.pack("ii", 1, 0)
 # HealthCheckRequest{service: ""} serializes to nothing.
 _CHECK_BODY = grpc_frame(b"")
@@ -155,12 +154,9 @@ class FloorProcess:
 
     def __init__(self, netns_name: str, host: str, ports: tuple[int, int, int], path: str = "/healthz") -> None:
         http, tcp, grpc = ports
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             ["ip", "netns", "exec", netns_name, sys.executable, str(Path(__file__).resolve()), "--host", host,
-             "--http-port", str(http), "--tcp-port", str(tcp), "--grpc-port", str(grpc), "--path", path],
-            cwd=REPO_ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-        )
+             "--http-port", str(http), "--tcp-port", str(tcp), "--grpc-port", str(grpc), "--path", path])
         try:
             self._line("READY")
         except BaseException:
@@ -168,8 +164,7 @@ class FloorProcess:
             raise
 
     def _line(self, prefix: str = "") -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
+        line = read_line(self.proc, REPLY_TIMEOUT_S) or ""
         if not line or not line.startswith(prefix):
             raise RuntimeError(f"bench/floor.py: expected {prefix or 'a reply'!r}, got {line.strip()!r}")
         return line
@@ -180,13 +175,7 @@ class FloorProcess:
         return json.loads(self._line())
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()  # EOF ends it
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc, STOP_TIMEOUT_S, ask=self.proc.stdin.close)  # EOF ends it
         if not self.proc.stdout.closed:
             self.proc.stdout.close()
 

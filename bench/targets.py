@@ -25,10 +25,8 @@ import ctypes
 import json
 import os
 import resource
-import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 import zlib
@@ -45,10 +43,12 @@ import h2.events  # noqa: E402
 import h2.exceptions  # noqa: E402
 
 from bench import target_protocols as proto  # noqa: E402
+from bench.children import end, read_line, spawn  # noqa: E402
 
 HTTP_PORT, TCP_PORT, GRPC_PORT = 8080, 8081, 9090
 CLONE_NEWNET = 0x40000000
 REPLY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -263,11 +263,7 @@ class TargetProcess:
     """Starts bench/targets.py (its own session: a Ctrl-C reaches only the suite, which stops it in order)."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve())], cwd=REPO_ROOT, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-        )
+        self.proc = spawn([sys.executable, str(Path(__file__).resolve())])
         try:
             self._expect("READY")
         except BaseException:
@@ -279,8 +275,7 @@ class TargetProcess:
         return self.proc.pid
 
     def _expect(self, prefix: str) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
+        line = read_line(self.proc, REPLY_TIMEOUT_S) or ""
         if not line.startswith(prefix):
             raise RuntimeError(f"bench/targets.py: expected {prefix!r}, got {line.strip()!r}")
         return line.strip()
@@ -297,13 +292,7 @@ class TargetProcess:
         return json.loads(self._ask("stats", "stats").split(" ", 1)[1])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc, STOP_TIMEOUT_S)
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None and not pipe.closed:
                 pipe.close()
