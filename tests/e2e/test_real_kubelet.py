@@ -18,6 +18,8 @@ What each test proves:
 - faults under the running kubelet (shim kill -9, shim SIGTERM and no shim for GAP_S, a worker kill -9, a containerd
   restart) cost no readiness flip and no container restart;
 - crictl through the shim shows what it shows straight from containerd.
+
+The node and the manifest builders: tests/support/kubelet_node.py.
 """
 
 from __future__ import annotations
@@ -27,100 +29,30 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import jsonpatch
 import pytest
-import yaml
 
-from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
-from tests.support.cri_client import sandbox_network
-from tests.support.daemon_env import DaemonProcess
-from tests.support.kubelet_env import NODE_NAME, KubeletProcess, crictl_binary
+from tests.support.kubelet_env import KubeletProcess, crictl_binary
+from tests.support.kubelet_node import (
+    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, node_refuses, probe, static_pod,
+)
 from tests.support.kubelet_views import ReadinessRecorder
 from tests.support.netns_env import REPO_ROOT
 from tests.support.webhook_env import Webhook, admit, review
 
 pytestmark = pytest.mark.e2e
 
-HTTP_PORT = 8080
-GRPC_PORT = 9090
-PERIOD_S = 1
 GAP_S = 5                # no shim at all for this long in the SIGTERM fault
-READY_TIMEOUT_S = 90     # a pod's sandbox, containers and first probes on a busy machine
-# A CGI script in the served directory: records each hook's query, User-Agent and time (the pod's busybox).
-RECORD_CGI = """#!/bin/sh
-echo "$QUERY_STRING $HTTP_USER_AGENT $(/bin/busybox date +%s)" >> /www/hooks.log
-printf 'Content-Type: text/plain\\r\\n\\r\\nrecorded\\n'
-"""
-
-
-# --- the node: containerd, the shim, the kubelet ----------------------------------------------------------------
-
-@dataclass
-class Node:
-    containerd: ContainerdEnv
-    shim: DaemonProcess
-    kubelet: KubeletProcess
-    workdir: Path
-
-    def start_shim(self) -> DaemonProcess:
-        """A new daemon on the same socket and state dir (a restart: it adopts the running workers)."""
-        self.shim = DaemonProcess(self.workdir / "shim", ["--runtime-endpoint", self.containerd.endpoint,
-                                                          "--reconcile-interval", "0.5"]).start()
-        return self.shim
-
-    def www(self, pod: str) -> Path:
-        """The directory the pod's httpd serves (a hostPath): healthz is there from the start."""
-        path = self.workdir / "www" / pod
-        if not path.exists():
-            (path / "cgi-bin").mkdir(parents=True)
-            (path / "healthz").write_text("ok\n")
-            (path / "cgi-bin" / "record").write_text(RECORD_CGI)
-            (path / "cgi-bin" / "record").chmod(0o755)
-        return path
-
-    def apply(self, pod: dict, *, convert: bool = True) -> str:
-        """Writes the static pod, through the real `probectl convert` unless convert=False; returns its name as the
-        kubelet shows it (NAME-node1)."""
-        text = yaml.safe_dump(pod, sort_keys=False)
-        if convert:
-            done = subprocess.run([sys.executable, "-m", "probectl.cli", "convert", "-f", "-"], input=text,
-                                  cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            text = done.stdout
-        self.kubelet.write_manifest(pod["metadata"]["name"], text)
-        return f"{pod['metadata']['name']}-{NODE_NAME}"
-
-    def netns_of(self, pod_name: str, timeout_s: float = READY_TIMEOUT_S) -> str:
-        """The pod's netns path, once its sandbox runs (asked of containerd directly)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for sandbox in self.containerd.cri.list_sandboxes():
-                if sandbox.metadata.name == pod_name and sandbox.state == cri_pb.SANDBOX_READY:
-                    return sandbox_network(self.containerd.cri.sandbox_status(sandbox.id)).netns_path
-            time.sleep(kubelet_env.POLL_S)
-        raise AssertionError(f"no running sandbox for {pod_name} within {timeout_s:g}s")
-
-    def running_sandboxes(self) -> list[str]:
-        return [s.metadata.name for s in self.containerd.cri.list_sandboxes() if s.state == cri_pb.SANDBOX_READY]
-
-    def wait_ready(self, *names: str) -> dict:
-        return self.kubelet.wait_for(f"{', '.join(names)} Ready",
-                                     lambda pods: all(n in pods and pods[n].ready for n in names), READY_TIMEOUT_S)
-
-    def remove_pods(self) -> None:
-        self.kubelet.remove_all_pods(pods_gone=lambda: not self.running_sandboxes(), timeout_s=READY_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -155,42 +87,6 @@ def k(node):
     """The node, its pods removed after the test (each test starts with none)."""
     yield node
     node.remove_pods()
-
-
-# --- manifests ---------------------------------------------------------------------------------------------------
-
-def httpd(name: str, image: str, *, listen: str = str(HTTP_PORT), **fields) -> dict:
-    """A container serving /www (the test's directory) with busybox httpd on `listen` ([IP:]PORT)."""
-    return {"name": name, "image": image, "imagePullPolicy": "Never",
-            "command": ["/bin/busybox", "httpd", "-f", "-p", listen, "-h", "/www"],
-            "volumeMounts": [{"name": "www", "mountPath": "/www"}], **fields}
-
-
-def static_pod(name: str, www: Path, containers: list[dict], *, grace_s: int = 1, **spec) -> dict:
-    # busybox as PID 1 ignores SIGTERM: a short grace period keeps every kill (liveness, removal) short.
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"terminationGracePeriodSeconds": grace_s, "containers": containers,
-                     "volumes": [{"name": "www", "hostPath": {"path": str(www), "type": "Directory"}}], **spec}}
-
-
-def http_get(port: int = HTTP_PORT, path: str = "/healthz", **fields) -> dict:
-    return {"httpGet": {"path": path, "port": port, **fields}}
-
-
-def probe(handler: dict, **timing) -> dict:
-    return {**handler, "periodSeconds": PERIOD_S, **timing}
-
-
-def free_node_port() -> int:
-    """A port nothing on the node's own loopback listens on (the kubelet's native probe of 127.0.0.1 lands there)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_refuses(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
