@@ -4,7 +4,7 @@ The pure part reads a CRI Container as the kubelet labels and annotates it (pkg/
 newContainerLabels sets io.kubernetes.pod.name, .pod.namespace, .pod.uid and io.kubernetes.container.name;
 newContainerAnnotations sets io.kubernetes.container.ports to json.Marshal(container.Ports) when there are any,
 fields with `omitempty` left out). `CriContainers` is driven against the fake runtime of tests/support/fake_cri.py over a
-real unix socket, as tests/unit/test_cri_proxy.py does; waits are bounded, never sleeps.
+real unix socket, as tests/unit/test_cri_proxy_relay.py does; waits are bounded, never sleeps.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sandbox resolution: parsing the runtime's verbose status, and the embedded netns mode."""
+"""Sandbox resolution (shim/sandboxes/resolver.py): parsing the runtime's verbose status, and the embedded netns mode."""
 
 import asyncio
 import json
