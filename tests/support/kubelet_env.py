@@ -36,8 +36,8 @@ from tests.support.netns_env import REPO_ROOT
 
 # Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.
 __all__ = ["KUBELET_VERSION", "NODE_NAME", "POLL_S", "KubeletPorts", "KubeletProcess", "ReadinessRecorder",
-           "crictl_binary", "free_ports", "kubelet_config", "pod_views", "probe_counts", "readiness_changes", "running_kubelet",
-           "unavailable_reason"]
+           "crictl_binary", "free_ports", "kubelet_config", "pod_views", "probe_counts", "readiness_changes",
+           "running_kubelet", "unavailable_reason"]
 
 SHARED_KUBELET_DIR = REPO_ROOT.parent / "shared" / "kubelet"
 NODE_NAME = "node1"              # --hostname-override: static pods are named NAME-node1
