@@ -1,6 +1,6 @@
 """The marker command's shape, shared by the bridge command's tests (tests/unit/test_bridge_command_*.py): the marker,
-a container's declared ports, the command read as the daemon reads it (shim/bridge/command.py: parse_command), a refusal's
-errors, and the handlers expected."""
+a container's declared ports, the command read as the daemon reads it (shim/bridge/command.py: parse_command), a
+refusal's errors, and the handlers expected."""
 
 from __future__ import annotations
 

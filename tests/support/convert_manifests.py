@@ -1,5 +1,5 @@
-"""The manifests probectl convert's tests (tests/unit/test_convert_*.py, test_pod_conversion.py) feed it and read back: a pod
-with one container, the conversion as text, YAML read back in key order, and the goldens' directory."""
+"""The manifests probectl convert's tests (tests/unit/test_convert_*.py, test_pod_conversion.py) feed it and read
+back: a pod with one container, the conversion as text, YAML read back in key order, and the goldens' directory."""
 
 from __future__ import annotations
 

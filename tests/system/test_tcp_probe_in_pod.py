@@ -1,4 +1,5 @@
-"""The TCP socket probe executor through a real worker in a pod netns (in-process on loopback: tests/unit/test_tcp_probe.py)."""
+"""The TCP socket probe executor through a real worker in a pod netns (in-process on loopback:
+tests/unit/test_tcp_probe.py)."""
 
 from __future__ import annotations
 

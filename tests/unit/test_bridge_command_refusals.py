@@ -1,6 +1,6 @@
 """The kubelet bridge's marker command refused (probe_api/bridge_command.py, read by the daemon through
-shim/bridge/command.py): expected error texts are the Kubernetes API validation's words as probe_api/validation.py prints
-them (field.Error: `<path>: <type>: <value>: <detail>`), with Kubernetes' field names, plus the `host` gate of
+shim/bridge/command.py): expected error texts are the Kubernetes API validation's words as probe_api/validation.py
+prints them (field.Error: `<path>: <type>: <value>: <detail>`), with Kubernetes' field names, plus the `host` gate of
 shim/api/request_rules.py; shapes neither form reads are refused with the usage. Pure: no sockets, no daemon."""
 
 from __future__ import annotations

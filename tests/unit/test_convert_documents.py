@@ -1,5 +1,6 @@
 """probectl convert (probectl/convert.py) over what a manifest file holds: kinds with and without a pod spec, Lists,
-several documents, YAML aliases, JSON in and out, and rejections that name the manifest path. Pure: no daemon, no root."""
+several documents, YAML aliases, JSON in and out, and rejections that name the manifest path. Pure: no daemon, no
+root."""
 
 from __future__ import annotations
 

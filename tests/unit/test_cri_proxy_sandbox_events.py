@@ -1,5 +1,6 @@
-"""The CRI proxy's sandbox events (shim/cri/proxy.py) through real sockets: a StopPodSandbox or RemovePodSandbox reaches
-the daemon's callback before the runtime, whatever the runtime or the callback then does, within the callback's budget."""
+"""The CRI proxy's sandbox events (shim/cri/proxy.py) through real sockets: a StopPodSandbox or RemovePodSandbox
+reaches the daemon's callback before the runtime, whatever the runtime or the callback then does, within the
+callback's budget."""
 
 from __future__ import annotations
 

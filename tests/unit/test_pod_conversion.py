@@ -1,5 +1,5 @@
-"""The conversion rule (probe_api/pod_conversion.py, run by probectl/convert.py): each probe and hook handler becomes the
-marker exec of its role and nothing else moves; host and hostNetwork; what a converted pod carries (its original
+"""The conversion rule (probe_api/pod_conversion.py, run by probectl/convert.py): each probe and hook handler becomes
+the marker exec of its role and nothing else moves; host and hostNetwork; what a converted pod carries (its original
 handlers, the shim nodes' affinity). Pure: no daemon, no root."""
 
 from __future__ import annotations

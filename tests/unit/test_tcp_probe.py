@@ -1,4 +1,5 @@
-"""The TCP socket probe executor, in-process on loopback (through a real worker in a pod netns: tests/system/test_tcp_probe_in_pod.py)."""
+"""The TCP socket probe executor, in-process on loopback (through a real worker in a pod netns:
+tests/system/test_tcp_probe_in_pod.py)."""
 
 from __future__ import annotations
 
