@@ -8,6 +8,7 @@ CLI sends, bounded by a deadline; nothing sleeps to let time pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -39,12 +40,25 @@ def read_line(proc: subprocess.Popen, deadline: float) -> str:
     return line
 
 
-def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
+@contextlib.contextmanager
+def watching(endpoint: str, *args: str):
+    """`probectl -r ENDPOINT watch ARGS` in a fresh interpreter, its pipes read by the test; killed if still
+    running at the end (a test that asserts its exit code sends it Ctrl-C first)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", f"unix://{daemon.socket_path}",
-                             "watch", "--pod", pod_netns.name, "-o", "json"],
+    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", endpoint, "watch", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
     try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
+    with watching(f"unix://{daemon.socket_path}", "--pod", pod_netns.name, "-o", "json") as proc:
         deadline = time.monotonic() + LINE_TIMEOUT_S
         first = json.loads(read_line(proc, deadline))
         assert first["type"] == "SNAPSHOT_COMPLETE"  # no probes yet: the snapshot is empty
@@ -57,22 +71,12 @@ def test_watch_json_lines_until_ctrl_c(daemon, probectl, pod_netns, servers):
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(timeout=LINE_TIMEOUT_S) == 0, proc.stderr.read()
         assert "Traceback" not in proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_watch_table_with_attempts(daemon, probectl, pod_netns, servers):
     ids = run_three(probectl, pod_netns, servers)
     wait_probed(daemon, ids["http"])
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", f"unix://{daemon.socket_path}",
-                             "watch", "--container", "web", "--attempts"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
-    try:
+    with watching(f"unix://{daemon.socket_path}", "--container", "web", "--attempts") as proc:
         deadline = time.monotonic() + LINE_TIMEOUT_S
         header = read_line(proc, deadline)
         assert header.split()[:3] == ["TIME", "EVENT", "PROBE"]
@@ -86,45 +90,32 @@ def test_watch_table_with_attempts(daemon, probectl, pod_netns, servers):
         assert kinds[:3] == ["snapshot", "snapshot", "synced"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=LINE_TIMEOUT_S) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_watch_carries_on_across_a_daemon_restart(tmp_path, pod_netns):
     server = listen(pod_netns)
     first = DaemonProcess(tmp_path).start()
     endpoint = f"unix://{first.socket_path}"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "probectl.cli", "-r", endpoint, "watch", "-o", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
     second = None
     try:
-        deadline = time.monotonic() + LINE_TIMEOUT_S
-        assert json.loads(read_line(proc, deadline))["type"] == "SNAPSHOT_COMPLETE"
-        assert probectl_process("-r", endpoint, "run", "--pod", pod_netns.name, "--container", "app", "--type",
-                                "readiness", "--tcp", str(server.port)).rc == 0
-        event = json.loads(read_line(proc, deadline))
-        assert event["type"] == "UPDATED"
-        old_instance, probe_id = event["instanceId"], event["probe"]["probeId"]
-        assert first.stop(signal.SIGTERM) == 0  # a restart: the workers are handed over, the board stored
-        second = DaemonProcess(tmp_path).start()
-        deadline = time.monotonic() + LINE_TIMEOUT_S
-        # The same board goes on: the watch resumes with what changed meanwhile (its worker adopted), no full state.
-        event = json.loads(read_line(proc, deadline))
-        assert event["type"] == "UPDATED" and event["probe"]["probeId"] == probe_id
-        assert event["instanceId"] == old_instance
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=LINE_TIMEOUT_S) == 0
+        with watching(endpoint, "-o", "json") as proc:
+            deadline = time.monotonic() + LINE_TIMEOUT_S
+            assert json.loads(read_line(proc, deadline))["type"] == "SNAPSHOT_COMPLETE"
+            assert probectl_process("-r", endpoint, "run", "--pod", pod_netns.name, "--container", "app", "--type",
+                                    "readiness", "--tcp", str(server.port)).rc == 0
+            event = json.loads(read_line(proc, deadline))
+            assert event["type"] == "UPDATED"
+            old_instance, probe_id = event["instanceId"], event["probe"]["probeId"]
+            assert first.stop(signal.SIGTERM) == 0  # a restart: the workers are handed over, the board stored
+            second = DaemonProcess(tmp_path).start()
+            deadline = time.monotonic() + LINE_TIMEOUT_S
+            # The same board goes on: the watch resumes with what changed meanwhile (its worker adopted), no full state.
+            event = json.loads(read_line(proc, deadline))
+            assert event["type"] == "UPDATED" and event["probe"]["probeId"] == probe_id
+            assert event["instanceId"] == old_instance
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=LINE_TIMEOUT_S) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
         if second is not None:
             second.stop()
         first.stop()
