@@ -35,6 +35,24 @@ FORBIDDEN = ("grpc", "grpc_tools", "grpc_health", "grpc_reflection", "openteleme
 
 # --- pure -------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def spawned_workers_released(monkeypatch):
+    """A test that spawns workers owns them, as the daemon's WorkerProcess does: their pidfds are released at its
+    end, so that no later test in this process finds them open."""
+    spawned = []
+    spawn = Zygote.spawn
+
+    async def tracked(self, *args, **kwargs):
+        worker = await spawn(self, *args, **kwargs)
+        spawned.append(worker)
+        return worker
+
+    monkeypatch.setattr(Zygote, "spawn", tracked)
+    yield
+    for worker in spawned:
+        worker.close()
+
+
 def test_exit_descriptions():
     assert WorkerExit(pid=1, signal=9).describe() == "exited with signal 9 (SIGKILL)"
     assert WorkerExit(pid=1, exit_code=2).describe() == "exited with code 2"
