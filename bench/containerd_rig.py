@@ -49,8 +49,15 @@ class ContainerdRig:
     _workdirs: list[Path] = field(default_factory=list)
 
     def __enter__(self) -> "ContainerdRig":
-        from tests.support.containerd_env import HTTP_PORT, ContainerdEnv, CriClient, Kubelet, cri_channel, \
-            sweep_stale_sessions, unavailable_reason
+        from tests.support.containerd_env import (
+            HTTP_PORT,
+            ContainerdEnv,
+            CriClient,
+            Kubelet,
+            cri_channel,
+            sweep_stale_sessions,
+            unavailable_reason,
+        )
 
         reason = unavailable_reason()
         if reason is not None:

@@ -15,13 +15,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.procstats import zygote_pid
+from bench.targets import GRPC_PORT, HTTP_PORT, TCP_PORT, TargetProcess
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from tests.support.daemon_env import DaemonProcess
 from tests.support.netns_env import PodNetns
-
-from bench.procstats import zygote_pid
-from bench.targets import GRPC_PORT, HTTP_PORT, TCP_PORT, TargetProcess
 
 PORTS = (HTTP_PORT, TCP_PORT, GRPC_PORT)
 # Generous limits: the suite registers 3 probes in each of 250 sandboxes and 60 in one.

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import time
 
-from cri_proto import probe_spec_pb2 as spec_pb
-
 from bench.env import PORTS, SPECS, sandbox_rig
 from bench.floor import KINDS, FloorProcess
 from bench.stats import ratio, summarize
+from cri_proto import probe_spec_pb2 as spec_pb
 
 
 def engine_vs_floor(engine_ms: list[float], floor_ms: list[float]) -> dict:

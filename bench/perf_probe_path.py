@@ -51,9 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The bench's own modules (and through bench/floor.py the same floor as the suite's latency scenario), always
 # from this checkout: appended to sys.path, so a measured --tree still wins for probe_worker.
 sys.path.append(str(REPO_ROOT))
-from bench.probe_path_inside import (  # noqa: E402
-    daemon_cpu, latency_inside, manager_attempts, worker_inside,
-)
+from bench.probe_path_inside import daemon_cpu, latency_inside, manager_attempts, worker_inside  # noqa: E402
 from bench.probe_path_rig import KINDS, PodUnderTest, use_tree  # noqa: E402
 
 

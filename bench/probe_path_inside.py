@@ -13,9 +13,9 @@ import statistics
 import subprocess
 import time
 
-from bench.floor import http_once as floor_http, tcp_once as floor_tcp
+from bench.floor import http_once as floor_http
+from bench.floor import tcp_once as floor_tcp
 from bench.probe_path_rig import POD_IPS, POD_IPV4, periodic_registration, specs
-
 
 # --- latency: engine vs floor, inside the netns ----------------------------------------------------
 
@@ -145,8 +145,8 @@ def daemon_frames(directory, board, sandboxes: int):
     from cri_proto import probe_spec_pb2 as spec_pb
     from cri_proto import probe_worker_pb2 as worker_pb
     from probe_api.worker_protocol import encode
-    from shim.state.registry import _registration
     from shim.sandboxes.resolver import SandboxInfo
+    from shim.state.registry import _registration
 
     by_kind = specs({"http": 8080, "tcp": 8081, "grpc": 8082})
     phase_names = {"http": ("connect", "request", "processing", "transfer"), "tcp": ("connect",),
@@ -177,10 +177,10 @@ def daemon_cpu(count: int, sandboxes: int, profile: bool = False) -> dict:
     from cri_proto import probe_worker_pb2 as worker_pb
     from probe_api.worker_protocol import FrameDecoder
     from shim.observe.metrics import ShimMetrics
-    from shim.state.results import ResultsManager
-    from shim.state.board import StatusBoard
     from shim.observe.tracing import AttemptTracer
     from shim.sandboxes.directory import SandboxDirectory
+    from shim.state.board import StatusBoard
+    from shim.state.results import ResultsManager
 
     board, tracer, metrics = StatusBoard(), AttemptTracer("none"), ShimMetrics()
     directory = SandboxDirectory(source=None)  # identities only: nothing is resolved here

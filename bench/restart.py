@@ -41,16 +41,15 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cri_proto import probe_service_pb2 as service_pb
-from cri_proto import probe_service_pb2_grpc as service_grpc
-from shim.workers.groups import POOLED
-from tests.support.netns_env import PodNetns
-
 from bench import promtext
 from bench.env import SPECS, BenchDaemon
 from bench.scale import NAMESPACES, PERIOD_MS
 from bench.targets import TargetProcess
 from bench.watching import WatchThread
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_service_pb2_grpc as service_grpc
+from shim.workers.groups import POOLED
+from tests.support.netns_env import PodNetns
 
 KINDS = ("SIGTERM", "kill -9")
 HANDOVER_TIMEOUT_S = 900  # far above any gap here: the workers must never stop on their own

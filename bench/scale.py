@@ -25,16 +25,15 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from cri_proto import probe_service_pb2 as service_pb
-from cri_proto import probe_spec_pb2 as spec_pb
-from shim.workers.groups import POOLED
-from tests.support.netns_env import PodNetns
-
 from bench import procstats, promtext, punctuality
 from bench.env import SPECS, BenchDaemon
 from bench.stats import slope, summarize
 from bench.targets import TargetProcess
 from bench.watching import StateChanges, WatchThread, attempt_end_ns
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from shim.workers.groups import POOLED
+from tests.support.netns_env import PodNetns
 
 PERIOD_MS = 1000
 FLAP_EVERY = 10

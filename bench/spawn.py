@@ -14,12 +14,11 @@ from __future__ import annotations
 import contextlib
 import time
 
+from bench.env import BenchDaemon
+from bench.stats import summarize
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from tests.support.netns_env import PodNetns
-
-from bench.env import BenchDaemon
-from bench.stats import summarize
 
 CLOSED_PORT = 9
 WATCH_TIMEOUT_S = 30

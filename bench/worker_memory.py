@@ -40,7 +40,6 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.memory_rig import Daemon, Namespaces, Targets  # noqa: E402
 from bench.smaps import MIB, ShimMemory, per_extra_sandbox, private_by_mapping, shim_memory  # noqa: E402
 
-
 # --- the run ---------------------------------------------------------------------------------
 
 def measure(counts: list[int], baseline: int, attempts: int, settle_s: float, breakdown: bool) -> dict:

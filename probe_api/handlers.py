@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.cli_names import GRPC_MODE_NAMES, HTTP_PROTOCOL_NAMES, enum_name
-from probe_api.gostrings import go_quote
 from probe_api.field_errors import FieldError
+from probe_api.gostrings import go_quote
 from probe_api.validation import port_name_errors
 
 # Enum values as the API spells them (case-sensitive), and as probectl's flags take them.

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
+
 # core.HTTPProtocol (KEP-5999) and core.GRPCProbeMode (KEP-4939) values, already sorted as sets.List sorts them.
 from probe_api.cli_names import GRPC_MODE_NAMES, HTTP_PROTOCOL_NAMES
 from probe_api.field_errors import OMIT_VALUE, FieldError

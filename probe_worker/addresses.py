@@ -10,9 +10,9 @@ import socket
 from collections.abc import Sequence
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_worker.attempt import Endpoint
 from probe_api.gostrings import is_ip_literal
 from probe_api.pod_loopback import LOCALHOST, loopback_addresses
+from probe_worker.attempt import Endpoint
 
 LOOPBACK = {4: "127.0.0.1", 6: "::1"}
 _FAMILY_NAME = {4: "IPv4", 6: "IPv6"}

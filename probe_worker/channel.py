@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from probe_api.worker_protocol import FrameDecoder, encode
 
+
 class ChannelClosed(Exception):
     """The other side closed the socket."""
 

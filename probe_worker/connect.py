@@ -15,8 +15,8 @@ import asyncio
 import select
 import socket
 
-from probe_worker.attempt import AttemptContext, Endpoint
 from probe_api.gostrings import join_host_port
+from probe_worker.attempt import AttemptContext, Endpoint
 from probe_worker.go_errors import dial_error, lookup_error
 from probe_worker.socket_source import OpenSocket, new_local_socket
 

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import MAX_TRIES
+from probe_api.gostrings import go_duration
+from probe_api.validation import effective_timing
 from probe_worker.addresses import AddressError, choose_endpoint
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
-from probe_api.gostrings import go_duration
 from probe_worker.ports import PortError, resolve_port
 from probe_worker.probes import Handler, handler_for
 from probe_worker.socket_source import OpenSocket
 from probe_worker.trace import Trace
-from probe_api.validation import effective_timing
 
 log = logging.getLogger(__name__)
 

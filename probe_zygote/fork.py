@@ -19,8 +19,8 @@ import signal
 import socket
 import traceback
 
-from cri_proto import probe_worker_pb2 as worker_pb
 import probe_worker.main as worker_main  # the preload: every forked worker shares these pages
+from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.channel import BlockingChannel
 from probe_zygote.prefork import executed_code, fill_malloc_holes, fill_pool_holes, relocate_code
 from probe_zygote.prefork import warm_up as run_worker_once

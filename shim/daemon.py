@@ -37,16 +37,16 @@ from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
 from shim.observe.metrics import ShimMetrics
-from shim.state.registry import ProbeRegistry, is_registered
-from shim.state.results import ResultsManager
+from shim.observe.tracing import AttemptTracer
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
-from shim.state.writer import StateWriter, board_identity
 from shim.state.board import StatusBoard
+from shim.state.registry import ProbeRegistry, is_registered
+from shim.state.results import ResultsManager
 from shim.state.store import DEFAULT_FILENAME, ProbeStore, StoreCorrupt
+from shim.state.writer import StateWriter, board_identity
 from shim.workers.supervisor import WorkerSupervisor
-from shim.observe.tracing import AttemptTracer
 from shim.workers.zygote_handle import Zygote
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.pod_loopback import is_pod_loopback
 from probe_api.field_errors import FieldError
+from probe_api.pod_loopback import is_pod_loopback
 from probe_api.validation import probe_errors, texts
 
 # Size limits of the request's own fields. A registration is kept in memory, in the

@@ -26,8 +26,8 @@ import copy
 import json
 from dataclasses import dataclass, field
 
-from probe_api.rollout import CONVERT_LABEL, DISABLED
 from probe_api.pod_conversion import convert_object
+from probe_api.rollout import CONVERT_LABEL, DISABLED
 from shim.webhook.patch import diff
 
 API_VERSION = "admission.k8s.io/v1"

@@ -11,8 +11,8 @@ import ctypes
 import os
 import signal
 
-from shim.workers.zygote_handle import SpawnedWorker
 from probe_api.zygote_protocol import WorkerExit, exit_from_waitid
+from shim.workers.zygote_handle import SpawnedWorker
 
 EXIT_GRACE_S = 2.0  # after EOF, how long the exit status may take to arrive before a kill
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37

@@ -19,11 +19,11 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from probe_api.zygote_protocol import handover_sockets
 from shim.workers.adoption import SPAWN_FROM, adoption_verdict
 from shim.workers.backoff import Backoff, BackoffPolicy
 from shim.workers.process import set_child_subreaper
 from shim.workers.zygote_handle import AdoptableWorker, Zygote, ZygoteError
-from probe_api.zygote_protocol import handover_sockets
 
 log = logging.getLogger(__name__)
 

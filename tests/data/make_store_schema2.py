@@ -3,6 +3,7 @@
 """Writes tests/data/store_schema2.sqlite with the store code of commit c7a508e (schema version 2, flat status)."""
 import sys
 from pathlib import Path
+
 sys.path.insert(0, "/work/main")
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
@@ -46,6 +47,7 @@ store.save_observed({"p-http": observed_blob(row), "b-exec": observed_blob(bridg
                     {"instance_id": "feedbeef", "revision": "42", "revision_reserved": "1048618"}, True)
 store.close()
 import sqlite3
+
 conn = sqlite3.connect(out)
 conn.execute("PRAGMA journal_mode = DELETE")
 conn.execute("VACUUM")

@@ -25,8 +25,8 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.observe import logs
 from shim.config import Config, metrics_exposure_warning
+from shim.observe import logs
 from tests.support.daemon_env import DaemonProcess, run, wait_for
 from tests.support.netns_env import REPO_ROOT, PodNetns
 

@@ -7,8 +7,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.state.results import ProbeLabels
 from shim.observe.tracing import AttemptTracer
+from shim.state.results import ProbeLabels
 
 
 def make_tracer(**kwargs) -> tuple[AttemptTracer, InMemorySpanExporter]:

@@ -11,7 +11,6 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.state.board import StatusBoard
 
-
 SNAPSHOT, COMPLETE = service_pb.SNAPSHOT, service_pb.SNAPSHOT_COMPLETE
 UPDATED, REMOVED, ATTEMPT, RESYNC = service_pb.UPDATED, service_pb.REMOVED, service_pb.ATTEMPT, service_pb.RESYNC
 MARKER_SANDBOX = "sb-marker"

@@ -10,7 +10,6 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.bridge_command import MARKER, BadArguments, BridgedCall
 from shim.bridge.command import parse_command
 
-
 M = MARKER
 PORTS = (spec_pb.ContainerPort(name="web", container_port=8080, protocol="TCP"),
          spec_pb.ContainerPort(name="metrics", container_port=9090, protocol="TCP"))

@@ -11,7 +11,6 @@ import yaml
 
 from probectl.convert import convert
 
-
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "convert"
 
 

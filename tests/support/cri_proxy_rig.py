@@ -23,7 +23,6 @@ from shim.cri import proxy as cri_proxy
 from shim.cri.proxy import cri_proxy_handler, upstream_channel
 from tests.support.fake_cri import FakeCri
 
-
 RUNTIME = "/runtime.v1.RuntimeService"
 IMAGE = "/runtime.v1.ImageService"
 BOUND = 10.0  # upper bound for waiting on an event that must happen (a hang fails instead of blocking the suite)

@@ -29,9 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.kubelet_views import (
-    POLL_S, PodView, ReadinessRecorder, pod_views, probe_counts, readiness_changes,
-)
+from tests.support.kubelet_views import POLL_S, PodView, ReadinessRecorder, pod_views, probe_counts, readiness_changes
 from tests.support.netns_env import REPO_ROOT
 
 # Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.

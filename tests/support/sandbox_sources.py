@@ -10,7 +10,6 @@ import pytest
 
 from shim.sandboxes.resolver import SandboxInfo
 
-
 PAUSE = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # lives until its stdin closes
 
 

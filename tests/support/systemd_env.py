@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tests.support.netns_env import REPO_ROOT
 
-
 SYSTEMD_DIR = REPO_ROOT / "systemd"
 UNIT = SYSTEMD_DIR / "probe-shim.service"
 CONFIG_EXAMPLE = SYSTEMD_DIR / "config.toml"

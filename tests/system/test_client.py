@@ -21,7 +21,7 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from probectl import (NotFoundError, ProbeShimClient, RuntimeUnavailableError, ShimError, ShimUnavailable)
+from probectl import NotFoundError, ProbeShimClient, RuntimeUnavailableError, ShimError, ShimUnavailable
 from probectl.client import ENDPOINT_ENV
 from tests.support.daemon_env import DaemonProcess, tcp_spec
 from tests.support.netns_env import REPO_ROOT, listen

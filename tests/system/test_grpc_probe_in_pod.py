@@ -13,7 +13,6 @@ from probe_worker.probes.grpc import rules
 from tests.support.grpc_probe_harness import grpc_spec
 from tests.support.servers.http_server import make_self_signed
 
-
 # ---------------------------------------------------------------- through a real worker in a pod netns
 
 

@@ -13,7 +13,6 @@ from probe_worker.attempt import FAILURE
 from tests.support.http_probe_harness import default_head, http_spec, run_probe
 from tests.support.servers.http_server import server_tls_context
 
-
 # --- through a real worker in a pod network namespace --------------------------------------------
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 # Cross-check with pyroute2 (the well-kept netlink library the worker no longer loads: it cost every embedded-mode
 # worker 5.8 MiB): in a real netns, our one-dump answer must equal what pyroute2 reads for the same filter.
 _BOTH_VIEWS = """

@@ -12,7 +12,6 @@ import pytest
 from shim.state.store import ProbeStore, StoreUnavailable
 from tests.support.store_records import registration
 
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs")
 
 

@@ -26,7 +26,6 @@ from shim.workers.zygote_handle import Zygote
 from tests.support.netns_env import listen
 from tests.support.supervisor_harness import BACKOFF, NONE, RUNNING, WAIT_S, alive, serve, supervised, target, tcp_reg
 
-
 # --- pure -------------------------------------------------------------------------------
 
 def test_backoff_doubles_up_to_the_max_and_resets_after_a_long_life():

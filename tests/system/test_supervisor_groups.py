@@ -18,7 +18,6 @@ from shim.workers.supervisor import SandboxTarget
 from tests.support.netns_env import listen
 from tests.support.supervisor_harness import NONE, RUNNING, serve, supervised, tcp_reg
 
-
 # --- groups ---------------------------------------------------------------------------------------------
 
 @pytest.mark.netns

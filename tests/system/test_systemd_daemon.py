@@ -27,7 +27,6 @@ from tests.support.daemon_env import DaemonProcess, tcp_spec, wait_for
 from tests.support.netns_env import listen
 from tests.support.systemd_env import RECV_TIMEOUT_S, UNIT, datagram_socket, directives
 
-
 # --- sd_notify from a real daemon -----------------------------------------------------------------
 
 def receive_until(receiver: socket.socket, field: bytes, timeout: float = RECV_TIMEOUT_S) -> list[bytes]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import socket
 
-
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb

@@ -20,12 +20,12 @@ import pytest
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
+from probe_api.zygote_protocol import WorkerExit, exit_from_waitid
 from probe_worker.channel import AsyncChannel
 from probe_worker.main import EXIT_BROKER_GONE
+from probe_zygote.prefork import executed_code, relocate_code
 from shim.workers.process import set_child_subreaper
 from shim.workers.zygote_handle import Zygote, ZygoteError
-from probe_api.zygote_protocol import WorkerExit, exit_from_waitid
-from probe_zygote.prefork import executed_code, relocate_code
 from tests.support.import_report import import_report
 from tests.support.netns_env import REPO_ROOT
 

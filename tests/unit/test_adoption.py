@@ -7,8 +7,8 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from cri_proto import zygote_pb2 as zygote_pb
 from probe_api.defaults import SHIM_VERSION
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
-from shim.workers.adoption import BROKER_ONLY, SPAWN_FROM, ProbePlan, adoption_verdict, probe_plan, same_registration
 from probe_api.zygote_protocol import ZYGOTE_PROTOCOL_VERSION
+from shim.workers.adoption import BROKER_ONLY, SPAWN_FROM, ProbePlan, adoption_verdict, probe_plan, same_registration
 
 
 def hello(**fields) -> zygote_pb.Hello:

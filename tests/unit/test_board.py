@@ -12,7 +12,6 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from shim.state.board import Change, StatusBoard, changes_since, matches, replay_responses, snapshot_responses
 from tests.support.board_watch import REMOVED, UPDATED, attempted, brief, probe
 
-
 # --- pure logic ----------------------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.bridge_command import HOOK_ROLES, PROBE_ROLES, ROLES
 from tests.support.bridge_commands import http_get, parse, refusal, tcp
 
-
 # ---------------------------------------------------------------- the two argument forms
 
 

@@ -10,10 +10,9 @@ import json
 import pytest
 
 from probe_api.bridge_command import BadArguments
-from shim.bridge.command import parse_command
 from shim.api.request_rules import HOST_GATE
+from shim.bridge.command import parse_command
 from tests.support.bridge_commands import M, parse, refusal
-
 
 JSON_WHOLE = ("Forbidden: the JSON argument gives the handler whole (headers in httpGet.httpHeaders, "
               "the protocol in httpGet.protocol, the service in grpc.service, the mode in grpc.mode)")

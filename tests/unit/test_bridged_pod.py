@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 import json
 
-from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE, ORIGINAL_HANDLERS_ANNOTATION
 from probe_api.bridged_pod import mark, problems, unmark
+from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE, ORIGINAL_HANDLERS_ANNOTATION
 
 REQUIREMENT = {"key": NODE_LABEL, "operator": "In", "values": [NODE_LABEL_VALUE]}
 ORIGINALS = {"containers[web].readinessProbe": {"httpGet": {"port": 8080}}}

@@ -1,8 +1,7 @@
 import dataclasses
+import grp
 
 import pytest
-
-import grp
 
 from shim.config import Config, ConfigError, load, metrics_exposure_warning, socket_gid
 

@@ -15,7 +15,6 @@ from probe_api.pod_conversion import HOST_FORBIDDEN
 from probectl.convert import convert
 from tests.support.convert_manifests import container_of, converted, ordered, parsed, pod
 
-
 # --- kinds, Lists, documents ---------------------------------------------------------------------------------------
 
 def test_kinds_without_a_pod_spec_pass_through_with_a_note():

@@ -15,7 +15,6 @@ import pytest
 from probectl.convert import convert
 from tests.support.convert_manifests import GOLDEN, converted, ordered, parsed
 
-
 KINDS = ("pod", "deployment", "statefulset", "daemonset", "replicaset", "job", "cronjob", "list")
 CORPUS = sorted((GOLDEN / "corpus").iterdir())
 UPDATE = os.environ.get("PROBECTL_UPDATE_GOLDEN") == "1"

@@ -6,7 +6,6 @@ import pytest
 
 from probe_worker import go_errors
 
-
 # ---------------------------------------------------------------- net
 
 

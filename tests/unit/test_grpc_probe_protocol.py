@@ -19,7 +19,6 @@ from cri_proto import grpc_health_pb2 as health_pb
 from probe_worker.probes.grpc import rules, unary_call
 from tests.support.grpc_probe_harness import run_probe
 
-
 # ---------------------------------------------------------------- scripted HTTP/2 servers
 
 Respond = Callable[[h2.connection.H2Connection, int], "bytes | None"]

@@ -15,9 +15,9 @@ import pytest
 
 from probe_worker.probes.http import h2_rules as rules
 from probe_worker.probes.http import request as http_request
+from probe_worker.probes.http.h2_exchange import OPENING, H2Exchange, request_frames
 from probe_worker.probes.http.headers import Header
 from probe_worker.probes.http.url import parse
-from probe_worker.probes.http.h2_exchange import OPENING, H2Exchange, request_frames
 from probe_worker.tls_stream import Stream, StreamError
 
 UA = "kube-probe/1.37"

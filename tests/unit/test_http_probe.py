@@ -15,7 +15,6 @@ from probe_worker.attempt import FAILURE, SUCCESS, UNKNOWN, WARNING
 from tests.support.http_probe_harness import UA, default_head, phase_names, probe_once, run_probe
 from tests.support.servers.http_server import HTTPTestServer
 
-
 # --- results ---------------------------------------------------------------------------------
 
 

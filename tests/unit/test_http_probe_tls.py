@@ -11,7 +11,6 @@ from probe_worker.attempt import FAILURE, SUCCESS
 from tests.support.http_probe_harness import default_head, phase_names, probe_once, run_probe
 from tests.support.servers.http_server import HTTPTestServer, server_tls_context
 
-
 # --- HTTPS -------------------------------------------------------------------------------------
 
 

@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from shim.config import ConfigError
-from shim.observe.metrics import GO_DEFAULT_BUCKETS, ShimMetrics
 from shim.observe import metrics_http
+from shim.observe.metrics import GO_DEFAULT_BUCKETS, ShimMetrics
 from shim.observe.metrics_http import parse_listen
 from shim.state.results import ProbeLabels
 

@@ -15,7 +15,6 @@ from probe_api.pod_conversion import HOST_FORBIDDEN, HOST_NETWORK_NOTE, convert_
 from probectl.convert import convert
 from tests.support.convert_manifests import container_of, converted, parsed, pod
 
-
 # --- the rewrite -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("field, role", [("livenessProbe", "liveness"), ("readinessProbe", "readiness"),

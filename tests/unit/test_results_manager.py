@@ -8,11 +8,11 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from shim.observe.metrics import ShimMetrics
-from shim.state.results import ResultsManager
+from shim.observe.tracing import AttemptTracer
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import SandboxInfo
 from shim.state.board import StatusBoard
-from shim.observe.tracing import AttemptTracer
+from shim.state.results import ResultsManager
 
 SANDBOX = SandboxInfo(id="sb-1", netns_path="/var/run/netns/x", name="web-0", namespace="shop", uid="uid-1")
 NOW = 1_700_000_000 * 10**9

@@ -10,9 +10,9 @@ import asyncio
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.state.writer import REVISION_BLOCK, BoardIdentity, StateWriter, board_identity, durable_key
 from shim.state.board import StatusBoard
 from shim.state.store import ProbeStore
+from shim.state.writer import REVISION_BLOCK, BoardIdentity, StateWriter, board_identity, durable_key
 
 S, F = spec_pb.STATE_SUCCESS, spec_pb.STATE_FAILURE
 

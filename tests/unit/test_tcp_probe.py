@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from probe_worker.attempt import FAILURE, SUCCESS, AttemptContext, Endpoint
 from probe_worker.probes import tcp as tcp_probe
 from tests.support.tcp_probe_specs import tcp_spec

@@ -8,12 +8,7 @@ from cri_proto import probe_spec_pb2 as pb
 from probe_api import validation as V
 from probe_api.field_errors import FieldError
 from probe_api.gostrings import go_quote
-from probe_api.validation import (
-    Timing,
-    effective_timing,
-    port_name_errors,
-    validate_probe,
-)
+from probe_api.validation import Timing, effective_timing, port_name_errors, validate_probe
 
 LIVENESS, READINESS, STARTUP = pb.LIVENESS, pb.READINESS, pb.STARTUP
 

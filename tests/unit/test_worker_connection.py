@@ -15,6 +15,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import FrameDecoder, encode
 from shim.workers.connection import WorkerConnection
 
+
 async def _resume_sent(seen: list[str], on_reply) -> tuple[WorkerConnection, asyncio.Future, int, socket.socket]:
     """A connection past the worker's Ready, with a Resume sent: (conn, its reply, its seq, the worker's end)."""
     ours, theirs = socket.socketpair()

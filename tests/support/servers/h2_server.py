@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import ssl
 import sys
 import urllib.parse
 
@@ -46,7 +47,6 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
-import ssl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 from tests.support.servers.http_server import server_tls_context  # noqa: E402

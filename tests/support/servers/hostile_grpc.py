@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import struct
 import os
+import struct
 import sys
 
 import h2.config

@@ -29,8 +29,8 @@ import asyncio
 import os
 import socket
 import ssl
-import subprocess
 import struct
+import subprocess
 import sys
 import tempfile
 import urllib.parse
