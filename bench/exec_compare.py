@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import shutil
 
-from bench.env import sandbox_rig
 from bench.cri_calls import (
     HEALTHZ_PATH, SERVER_PATH, exec_probe_call, exec_sync_call, http_probe_spec, subprocess_call, wget_argv,
 )
+from bench.env import sandbox_rig
 from bench.interleave import interleaved
 from bench.stats import ratio, summarize
 from bench.targets import HTTP_PORT
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
-from shim.bridge.command import command_for
+from probe_api.bridge_command import command_for
 
 BASE = "exec_probe"
 BRIDGED = "bridged_exec_sync"

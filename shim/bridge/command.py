@@ -19,9 +19,7 @@ from google.protobuf.message import DecodeError
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import bridge_command
-
-# The grammar's names the bridge service (shim/bridge/service.py) and the CRI proxy's tests use, re-exported.
-from probe_api.bridge_command import HOOK_ROLES, MARKER, ROLES, BadArguments, BridgedCall, command_for, is_marker  # noqa: F401
+from probe_api.bridge_command import MARKER, BadArguments, BridgedCall, is_marker
 from shim.api.request_rules import bounded, host_field_errors
 
 _MARKER_BYTES = MARKER.encode()

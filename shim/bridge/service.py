@@ -27,8 +27,9 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.bridge_command import HOOK_ROLES, ROLES, BadArguments, BridgedCall
 from shim.bridge import answer
-from shim.bridge.command import HOOK_ROLES, ROLES, BadArguments, BridgedCall, marker_exec, parse_command
+from shim.bridge.command import marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady

@@ -31,7 +31,7 @@ import grpc
 import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
-from shim.bridge.command import MARKER, command_for
+from probe_api.bridge_command import MARKER, command_for
 from tests.support.containerd_session import HTTP_PORT
 from tests.support.cri_client import CriClient, Kubelet
 from tests.support.daemon_env import DaemonProcess

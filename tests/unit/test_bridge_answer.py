@@ -29,9 +29,9 @@ import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.bridge_command import command_for
 from probe_api.gostrings import go_duration, go_quote
 from shim.bridge import answer
-from shim.bridge.command import command_for
 from tests.support.kubelet_exec_model import MAX_READ_LENGTH, ProbeVerdict, hook_error, probe_verdict
 
 PROBE_CMD = command_for("readiness", {"httpGet": {"path": "/healthz", "port": 8080}})

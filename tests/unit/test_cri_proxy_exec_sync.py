@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from probe_api.bridge_command import MARKER, command_for
 from shim.bridge.answer import FORWARD, Answer, StatusAnswer
-from shim.bridge.command import MARKER, command_for, marker_exec
+from shim.bridge.command import marker_exec
 from tests.support.cri_proxy_rig import BOUND, IMAGE, RUNTIME, bounded, proxied, rpc_error, run, unknown_fields
 from tests.support.cri_proxy_rig import sockdir  # noqa: F401  (a fixture)
 from tests.support.fake_cri import Fail, Respond
