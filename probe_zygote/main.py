@@ -44,7 +44,7 @@ from probe_api.defaults import HANDOVER_TIMEOUT_S, SHIM_VERSION
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from probe_api.zygote_protocol import MAX_PACKET, ZYGOTE_PROTOCOL_VERSION, exit_from_waitid, handover_socket_name, unix_address
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # run as `-m probe_zygote.main`: not "__main__"
 
 
 def _send(control: socket.socket, event: zygote_pb.ZygoteEvent, fds: list[int] | None = None) -> None:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(server.serve(config))
     # ConfigError: e.g. a socket_group that does not exist; StoreError: e.g. a read-only state dir.
     except (server.AlreadyServing, ConfigError, StoreError) as exc:
-        logging.getLogger(__name__).error("%s", exc)
+        logging.getLogger(__spec__.name if __spec__ else __name__).error("%s", exc)
         return 1
     return 0
 
