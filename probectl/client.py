@@ -320,7 +320,7 @@ class _ResumePoint:
         elif event.type in (service_pb.UPDATED, service_pb.REMOVED) and not self._in_snapshot and self.instance_id:
             self.revision = event.revision
         elif event.type == service_pb.RESYNC and self.instance_id == event.instance_id and event.revision:
-            # Everything matching up to this revision was delivered (status.py's contract).
+            # Everything matching up to this revision was delivered (shim/state/board.py's contract).
             self.revision = max(self.revision, event.revision)
 
 

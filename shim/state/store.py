@@ -5,7 +5,7 @@ user_version, migrated forward on open; the tables and steps are in shim/state/s
 - registrations (table probes): what RunProbe was given, its id and creation time. WAL with synchronous=FULL, one
   transaction per call, so every commit is fsynced before save() or delete() returns: RunProbe acknowledges only
   what survives a crash or a power loss.
-- observations (table probe_state, written by state_writer.py): what the daemon saw of each probe (its
+- observations (table probe_state, written by writer.py): what the daemon saw of each probe (its
   status: thresholded state and what the thresholds need, last attempt, totals; a kubelet bridge row whole),
   and the board's identity (table meta: instance id, revisions). Written behind the probes' backs, in batches,
   with synchronous=NORMAL: such a commit survives the daemon's crash (the WAL is in the page cache), and a power
