@@ -23,9 +23,9 @@ from prometheus_client.metrics_core import Metric
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import LATE_AFTER_NS
+from shim.observe.metrics_http import MetricsServer, parse_listen
 
 if TYPE_CHECKING:  # the value only: results.py is the metrics' caller, not a dependency
-    from shim.observe.metrics_http import MetricsServer
     from shim.state.results import ProbeLabels
 
 # probeType.String() in prober_manager.go.
@@ -204,11 +204,10 @@ class ShimMetrics:
         body = encoder(self._exposed)
         return (gzip.compress(body) if compress else body), content_type
 
-    async def serve(self, listen: str) -> "MetricsServer | None":
+    async def serve(self, listen: str) -> MetricsServer | None:
         """Serves GET /metrics on `listen` ("host:port", "[v6]:port"); "" serves nothing."""
         if not listen:
             return None
-        from shim.observe.metrics_http import MetricsServer, parse_listen  # the server's part, h11 and all
         host, port = parse_listen(listen)
         server = MetricsServer(self)
         await server.start(host, port)

@@ -322,36 +322,55 @@ def test_close_ends_a_connection_that_never_sends_a_request():
     asyncio.run(main())
 
 
-def test_a_stalled_client_is_cut_at_the_deadline_and_connections_are_capped(monkeypatch):
-    """Why the endpoint is hand-written (metrics_http.py): a client that sends a byte and then nothing holds a
-    connection only until REQUEST_TIMEOUT_S, and no more than MAX_CONNECTIONS are held at once while the
-    scraper is still answered once they are gone."""
+async def _stalled(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that sends one byte of a request head, then nothing."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"G")
+    await writer.drain()
+    return reader, writer
+
+
+async def _closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """EOF (or a reset, when the server left the byte unread) within 10 s; a connection still held times out."""
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=10) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_stalled_client_is_cut_at_the_deadline(monkeypatch):
+    """Why the endpoint is hand-written (metrics_http.py): a client that sends a byte and then nothing holds its
+    connection only until REQUEST_TIMEOUT_S, and the scraper is answered meanwhile."""
     monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 3)
-
-    async def stalled(port):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"G")
-        await writer.drain()
-        return reader, writer
-
-    async def closed_by_server(reader) -> bool:
-        try:
-            return await asyncio.wait_for(reader.read(), timeout=10) == b""
-        except ConnectionResetError:
-            return True
 
     async def main():
         server = await ShimMetrics().serve("127.0.0.1:0")
         try:
             port = server.addresses[0][1]
-            held = [await stalled(port) for _ in range(3)]
-            extra_reader, extra_writer = await stalled(port)
-            assert await closed_by_server(extra_reader)  # over the cap: closed at once, nothing read
-            for reader, _ in held:
-                assert await closed_by_server(reader)  # cut at the deadline, without an answer
+            reader, writer = await _stalled(port)
             status, _, _ = await http_exchange(port, get("/metrics"))
             assert status == b"HTTP/1.1 200 "
+            assert await _closed_by_server(reader)  # cut at the deadline, without an answer
+            writer.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+    asyncio.run(main())
+
+
+def test_connections_over_the_cap_are_closed_at_once(monkeypatch):
+    """No more than MAX_CONNECTIONS are held at once: with the deadline far away, only the cap can close the
+    connection that goes over it."""
+    monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 3)
+
+    async def main():
+        server = await ShimMetrics().serve("127.0.0.1:0")
+        try:
+            port = server.addresses[0][1]
+            held = [await _stalled(port) for _ in range(3)]
+            extra_reader, extra_writer = await _stalled(port)
+            assert await _closed_by_server(extra_reader)  # over the cap: closed, nothing read
             for _, writer in [*held, (extra_reader, extra_writer)]:
                 writer.close()
         finally:
