@@ -24,7 +24,6 @@ import socket
 import stat
 import time
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -35,7 +34,8 @@ from shim.api.service import ProbeServicer
 from shim.bridge.containers import CriContainers
 from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
-from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, upstream_channel
+from shim.grpc_server.server import Server
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
 from shim.sandboxes.directory import SandboxDirectory
@@ -52,7 +52,7 @@ from shim.workers.zygote_handle import Zygote
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
-# While grpc binds the socket: it is born 0600, so nobody but the daemon's user can
+# While the server binds the socket: it is born 0600, so nobody but the daemon's user can
 # connect in the moment before it gets its group and mode (which happens before serving).
 BIND_UMASK = 0o177
 PROBE_SERVICE = service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name
@@ -156,7 +156,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
                              results=results)
 
-    server = grpc.aio.server(options=SERVER_OPTIONS)  # 16 MiB messages, like the kubelet's CRI client
+    server = Server()  # receives 16 MiB messages, like the kubelet's CRI client
     service_grpc.add_ProbeServiceServicer_to_server(
         ProbeServicer(registry, board, instance_id=board.instance_id,
                       runtime_endpoint="none" if config.embedded else config.runtime_endpoint),

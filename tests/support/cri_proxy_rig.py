@@ -1,4 +1,4 @@
-"""The rig the CRI proxy's tests (tests/unit/test_cri_proxy_*.py) run through: a client -> a grpc.aio server carrying
+"""The rig the CRI proxy's tests (tests/unit/test_cri_proxy_*.py) run through: a client -> the daemon's gRPC server (shim/grpc_server) carrying
 the proxy handler of shim/cri/proxy.py (and a health servicer, as the daemon's server does) on a unix socket -> the
 fake runtime of tests/support/fake_cri.py on another unix socket, all in one event loop; and the CRI method list
 written out from cri-wire-facts.md, so that the proxy's own list is checked against the source, not against itself.
@@ -19,8 +19,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2_grpc
 
-from shim.cri import proxy as cri_proxy
 from shim.cri.proxy import cri_proxy_handler, upstream_channel
+from shim.grpc_server.server import Server
 from tests.support.fake_cri import FakeCri
 
 RUNTIME = "/runtime.v1.RuntimeService"
@@ -100,7 +100,7 @@ async def proxied(sockdir: Path, *, on_event: Callable[[str, str], Awaitable[Non
     async with fake:
         upstream = upstream_channel(upstream_endpoint or f"unix://{sockdir / 'cri.sock'}")
         handler = cri_proxy_handler(upstream, record if record_events else None, **handler_kwargs)
-        server = grpc.aio.server(options=cri_proxy.SERVER_OPTIONS)
+        server = Server()
         server.add_generic_rpc_handlers((handler,))
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,0 +1,229 @@
+"""gRPC over HTTP/2, the server's half (doc/PROTOCOL-HTTP2.md of grpc/grpc): pure rules, no I/O.
+
+- A request's header block -> `CallHead` (path, metadata as grpc.aio hands it to a handler, deadline, encoding),
+  or `BadRequest` with the status grpc core answers for it.
+- Length-prefixed messages in, split by `MessageReader` (bounded by the server's receive limit, compressed
+  messages inflated for gzip and deflate as grpc core does); one message out by `message`.
+- Response header blocks: the initial headers and the trailers (or both in one, "Trailers-Only"), HPACK-encoded
+  as literals without indexing (RFC 7541 6.2.2): no dynamic table on either side, so there is no encoder state
+  and a block can be built from constants. Status messages percent-encoded, binary metadata in base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from dataclasses import dataclass
+
+import grpc
+
+GRPC_CONTENT_TYPE = b"application/grpc"
+TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+# Headers that belong to HTTP/2 or to gRPC's transport, not to the call's metadata. grpc core hands a handler
+# `user-agent` and nothing else of these; the same here.
+TRANSPORT_HEADERS = frozenset({
+    b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding", b"content-length",
+    b"grpc-message-type", b"host", b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
+    b"upgrade", b"grpc-status", b"grpc-message", b"grpc-internal-encoding-request", b"grpc-previous-rpc-attempts",
+})
+INFLATERS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+
+_LENGTH = struct.Struct(">BL")
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallHead:
+    path: str
+    metadata: Metadata
+    timeout_s: float | None
+    encoding: bytes  # the request messages' compression, b"identity" when none
+
+
+@dataclass(frozen=True, slots=True)
+class BadRequest:
+    """A request that is not a gRPC call this server can serve; answered with Trailers-Only of `code`."""
+    code: grpc.StatusCode
+    details: str
+    http_status: bytes = b"200"
+
+
+def call_head(headers: list[tuple[bytes, bytes]]) -> CallHead | BadRequest:
+    path = method = content_type = None
+    timeout_s: float | None = None
+    encoding = b"identity"
+    metadata: list[tuple[str, str | bytes]] = []
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                method = value
+            continue
+        if name == b"content-type":
+            content_type = value
+        elif name == b"grpc-timeout":
+            timeout_s = parse_timeout(value)
+            if timeout_s is None:
+                return BadRequest(grpc.StatusCode.INTERNAL, f"Invalid grpc-timeout: {value!r}")
+        elif name == b"grpc-encoding":
+            encoding = value
+        elif name == b"user-agent" or name not in TRANSPORT_HEADERS:
+            key = name.decode("ascii", "replace")
+            if key.endswith("-bin"):
+                try:
+                    metadata.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+                except (binascii.Error, ValueError):
+                    return BadRequest(grpc.StatusCode.INTERNAL, f"Invalid base64 in metadata {key}")
+            else:
+                metadata.append((key, value.decode("latin-1")))
+    if method != b"POST":
+        return BadRequest(grpc.StatusCode.UNIMPLEMENTED, "gRPC requires POST", http_status=b"405")
+    if content_type is None or not content_type.startswith(GRPC_CONTENT_TYPE):
+        return BadRequest(grpc.StatusCode.UNKNOWN, "not a gRPC request (content-type)", http_status=b"415")
+    if not path:
+        return BadRequest(grpc.StatusCode.UNIMPLEMENTED, "no :path")
+    if encoding != b"identity" and encoding not in INFLATERS:
+        return BadRequest(grpc.StatusCode.UNIMPLEMENTED,
+                          f"Compression algorithm '{encoding.decode('latin-1')}' is not supported")
+    return CallHead(path.decode("latin-1"), tuple(metadata), timeout_s, encoding)
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """grpc-timeout: at most 8 digits and a unit (H M S m u n); None when malformed."""
+    digits, unit = value[:-1], value[-1:]
+    if not 0 < len(digits) <= 8 or not digits.isdigit() or unit not in TIMEOUT_UNITS:
+        return None
+    return int(digits) * TIMEOUT_UNITS[unit]
+
+
+class MessageTooLarge(Exception):
+    pass
+
+
+class BadMessage(Exception):
+    pass
+
+
+class MessageReader:
+    """Length-prefixed messages out of a stream's DATA, in order."""
+
+    __slots__ = ("_buffer", "_limit", "_inflate_bits")
+
+    def __init__(self, limit: int, encoding: bytes = b"identity") -> None:
+        self._buffer = bytearray()
+        self._limit = limit
+        self._inflate_bits = INFLATERS.get(encoding)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer
+        if not buffer and len(data) >= 5:  # the common case: one whole message in one DATA frame
+            compressed, length = _LENGTH.unpack_from(data)
+            if len(data) == 5 + length and length <= self._limit:
+                return [self._payload(compressed, data[5:])]
+        buffer += data
+        messages = []
+        while len(buffer) >= 5:
+            compressed, length = _LENGTH.unpack_from(buffer)
+            if length > self._limit:
+                raise MessageTooLarge(f"Received message larger than max ({length} vs. {self._limit})")
+            if len(buffer) < 5 + length:
+                break
+            messages.append(self._payload(compressed, bytes(buffer[5:5 + length])))
+            del buffer[:5 + length]
+        return messages
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of an unfinished message are left (a request that ends here is malformed)."""
+        return bool(self._buffer)
+
+    def _payload(self, compressed: int, payload: bytes) -> bytes:
+        if not compressed:
+            return payload
+        if self._inflate_bits is None:
+            raise BadMessage("a compressed message without grpc-encoding")
+        inflater = zlib.decompressobj(self._inflate_bits)
+        try:
+            data = inflater.decompress(payload, self._limit + 1)
+        except zlib.error as error:
+            raise BadMessage(f"cannot decompress the message: {error}") from None
+        if len(data) > self._limit:
+            raise MessageTooLarge(f"Received message larger than max (over {self._limit} when decompressed)")
+        return data
+
+
+def message(payload: bytes) -> bytes:
+    return _LENGTH.pack(0, len(payload)) + payload
+
+
+# --- header blocks ------------------------------------------------------------------------------------------------
+
+
+def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """Literal Header Field without Indexing, new name, no Huffman (RFC 7541 6.2.2)."""
+    return b"\x00" + _integer(len(name), 7) + name + _integer(len(value), 7) + value
+
+
+# ":status: 200" is entry 8 of the static table; content-type (31) as an indexed name with a literal value.
+RESPONSE_START = b"\x88" + b"\x0f\x10" + _integer(len(GRPC_CONTENT_TYPE), 7) + GRPC_CONTENT_TYPE
+_STATUS_OK = _literal(b"grpc-status", b"0")
+
+
+def metadata_block(metadata) -> bytes:
+    parts = []
+    for key, value in metadata or ():
+        name = key.lower().encode("ascii")
+        if isinstance(value, bytes | bytearray) or name.endswith(b"-bin"):
+            raw = value if isinstance(value, bytes | bytearray) else value.encode()
+            value_bytes = base64.b64encode(raw).rstrip(b"=")
+        else:
+            value_bytes = value.encode("latin-1")
+        parts.append(_literal(name, value_bytes))
+    return b"".join(parts)
+
+
+def response_headers(initial_metadata=()) -> bytes:
+    return RESPONSE_START + metadata_block(initial_metadata) if initial_metadata else RESPONSE_START
+
+
+def trailers(code: grpc.StatusCode, details: str = "", trailing_metadata=(), *, trailers_only: bool = False,
+             http_status: bytes = b"200") -> bytes:
+    """The closing header block; with `trailers_only` it also starts the response (no headers were sent)."""
+    if code is grpc.StatusCode.OK and not details:
+        block = _STATUS_OK
+    else:
+        block = _literal(b"grpc-status", str(code.value[0]).encode())
+        if details:
+            block += _literal(b"grpc-message", percent_encoded(details))
+    block += metadata_block(trailing_metadata)
+    if not trailers_only:
+        return block
+    if http_status != b"200":
+        return _literal(b":status", http_status) + b"\x0f\x10" + _integer(
+            len(GRPC_CONTENT_TYPE), 7) + GRPC_CONTENT_TYPE + block
+    return RESPONSE_START + block
+
+
+def percent_encoded(text: str) -> bytes:
+    """grpc-message: UTF-8, with bytes outside 0x20-0x7E and '%' itself as %XX."""
+    raw = text.encode("utf-8", "replace")
+    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
+        return raw
+    return b"".join(bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte for byte in raw)
