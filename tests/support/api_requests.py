@@ -18,7 +18,7 @@ ANCHOR = "anchor"  # a container name no generated request uses: its probe keeps
 # The first words of every INVALID_ARGUMENT error: a field path of the request.
 FIELD_PATH_RE = re.compile(
     r"^(type|pod_sandbox_id|container_id|container_name|labels|container_ports|spec)"
-    r"(\[.*?\]|\.[a-z_]+)*: ")
+    r"(\[.*?\]|\.[a-z_]+)*: ", re.DOTALL)  # a map key is shown as given, newlines too (Kubernetes' field.Path)
 MORE_ERRORS_RE = re.compile(r"^and \d+ more errors$")
 RPC_TIMEOUT_S = 30
 
