@@ -31,10 +31,11 @@ from bench.children import start_server, stop_server  # noqa: E402
 
 
 async def serve_proxy(listen: str, upstream_endpoint: str) -> None:
-    from shim.cri.proxy import SERVER_OPTIONS, cri_proxy_handler, upstream_channel
+    from shim.cri.proxy import cri_proxy_handler, upstream_channel
+    from shim.grpc_server.server import Server
 
     upstream = upstream_channel(upstream_endpoint)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = Server()  # the daemon's
     server.add_generic_rpc_handlers((cri_proxy_handler(upstream),))
     server.add_insecure_port(f"unix:{listen}")
     await server.start()

@@ -65,12 +65,6 @@ SANDBOX_EVENT_METHODS: dict[str, tuple[str, type]] = {
     f"/{RUNTIME_SERVICE}/RemovePodSandbox": ("remove", cri_pb.RemovePodSandboxRequest),
 }
 
-# The kubelet's and crictl's own limit (cri-client maxMsgSize). The proxy must not be narrower than its clients.
-
-# For grpc.aio.server(options=...) of the daemon: grpc's server default receive limit is 4 MiB, below what the
-# kubelet may send (CreateContainer with large env/annotations).
-SERVER_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),)
-
 DEFAULT_USER_AGENT = "cri-probe-shim"
 
 # How long a StopPodSandbox/RemovePodSandbox waits for the daemon's callback before forwarding anyway.
