@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.admission import AdmissionParams
+from bench.bridge_load import BridgeLoadParams
 from bench.node import NodeParams
 from bench.restart import RestartParams
 from bench.scale import ScaleParams
@@ -22,6 +23,7 @@ class Mode:
     spawn_sandboxes: int
     proxy_count: int          # calls per CRI method and path
     proxy_warmup: int
+    bridge_load: BridgeLoadParams
     pressure_s: float
     pressure_warmup_s: float
     restart: RestartParams
@@ -36,6 +38,7 @@ QUICK = Mode(
     exec_count=20, exec_warmup=3,
     spawn_sandboxes=20,
     proxy_count=200, proxy_warmup=20,
+    bridge_load=BridgeLoadParams(rates=(30.0, 300.0), window_s=8.0),
     pressure_s=10.0, pressure_warmup_s=2.0,
     restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
     node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0),
@@ -49,6 +52,7 @@ FULL = Mode(
     exec_count=200, exec_warmup=10,
     spawn_sandboxes=100,
     proxy_count=1000, proxy_warmup=200,
+    bridge_load=BridgeLoadParams(rates=(30.0, 300.0), window_s=30.0, rounds=3),
     pressure_s=60.0, pressure_warmup_s=3.0,
     restart=RestartParams(sandboxes=250, warmup_s=5.0, steady_s=60.0, settle_s=30.0),
     node=NodeParams(pods=30, warmup_s=5.0, window_s=30.0),

@@ -56,20 +56,25 @@ GRPC_DEFAULTS_ENV = {"GRPC_EXPERIMENTS": "event_engine_client,event_engine_liste
 # ---------------------------------------------------------------- the measurements
 
 
+UNARY_CALLS = {"Version": ("Version", cri_pb.VersionRequest(version="v1")),
+               "ListPodSandbox": ("ListPodSandbox", cri_pb.ListPodSandboxRequest())}
+
+
 def proxy_overhead(direct: grpc.Channel, proxied: grpc.Channel, count: int, warmup: int = 200,
-                   others: dict[str, grpc.Channel] | None = None) -> dict:
-    """Version and ListPodSandbox, direct vs through the shim, interleaved call by call. `others`: more shims
-    measured in the same turns, each compared with the same direct calls (under "others")."""
+                   others: dict[str, grpc.Channel] | None = None, calls_by_name: dict | None = None) -> dict:
+    """Version and ListPodSandbox (or `calls_by_name`: name -> (CRI method, request)), direct vs through the shim,
+    interleaved call by call. `others`: more shims measured in the same turns, each compared with the same
+    direct calls (under "others")."""
     results = {}
-    for method, request in (("Version", cri_pb.VersionRequest(version="v1")),
-                            ("ListPodSandbox", cri_pb.ListPodSandboxRequest())):
+    for name, (method, request) in (calls_by_name or UNARY_CALLS).items():
         raw = request.SerializeToString()
         calls = {"direct": cri_call(direct, method, raw), "proxy": cri_call(proxied, method, raw)}
-        calls.update({name: cri_call(channel, method, raw) for name, channel in (others or {}).items()})
+        calls.update({other: cri_call(channel, method, raw) for other, channel in (others or {}).items()})
         times = interleaved(calls, count, warmup)
-        results[method] = compare(times["direct"], times["proxy"])
+        results[name] = compare(times["direct"], times["proxy"])
+        results[name]["response_bytes"] = len(calls["direct"]())
         if others:
-            results[method]["others"] = {name: compare(times["direct"], times[name]) for name in others}
+            results[name]["others"] = {other: compare(times["direct"], times[other]) for other in others}
     return results
 
 

@@ -62,7 +62,7 @@ def measured_row(figure: str, target: str, scenario: dict | None,
     return Row(figure, target, text, INFO if ok is None else _verdict(ok), note)
 
 
-def _scale_note(step: dict) -> str:
+def scale_note(step: dict) -> str:
     n = step["sandboxes"]
     return "" if n == TARGET_SANDBOXES else f"at N={n} ({3 * n}/s); the target is for N={TARGET_SANDBOXES}"
 
@@ -72,7 +72,7 @@ def _last_step_at_most(group: str, key: str, text: str, bound: float):
     def measure(s: dict):
         step = s["steps"][-1]
         value = step[group][key]
-        return text.format(value), value <= bound, _scale_note(step)
+        return text.format(value), value <= bound, scale_note(step)
     return measure
 
 
@@ -84,7 +84,7 @@ def evaluate(scenarios: dict) -> list[Row]:
     def late(s: dict):
         step = s["steps"][-1]
         p = step["punctuality"]
-        note = "; ".join(x for x in (_scale_note(step), p["method"]) if x)
+        note = "; ".join(x for x in (scale_note(step), p["method"]) if x)
         return f"{p['late']} late, {p['missed']} missed of {p['attempts']}", p["late"] + p["missed"] == 0, note
     rows.append(measured_row("250 sandboxes x 3 probes at 1 s, pooled workers: late or missed attempts", "0", scale, late))
 
@@ -126,7 +126,7 @@ def evaluate(scenarios: dict) -> list[Row]:
     def vs_exec_sync(s: dict):
         value = s["speedup_median"]["exec_sync_wget"]
         return f"{value:.1f}x faster", value >= 15, _medians(s, "exec_sync_wget")
-    rows.append(_exec_row("ExecProbe vs CRI ExecSync exec probe (median)", ">= 15x faster", exec_, vs_exec_sync))
+    rows.append(exec_row("ExecProbe vs CRI ExecSync exec probe (median)", ">= 15x faster", exec_, vs_exec_sync))
 
     def vs_nsenter(s: dict):
         path = "nsenter_curl" if "nsenter_curl" in s["speedup_median"] else "nsenter_wget"
@@ -138,7 +138,7 @@ def evaluate(scenarios: dict) -> list[Row]:
     def bridged(s: dict):
         b = s["paths_ms"]["bridged_exec_sync"]
         return f"{b['median']:.2f} ms (p99 {b['p99']:.2f} ms)", b["median"] <= 2.5, _engine_note(s)
-    rows.append(_exec_row("kubelet bridge: marker ExecSync through the shim, median", "<= 2.5 ms", exec_, bridged,
+    rows.append(exec_row("kubelet bridge: marker ExecSync through the shim, median", "<= 2.5 ms", exec_, bridged,
                           paths=("bridged_exec_sync",)))
 
     def bridge_vs_exec_sync(s: dict):
@@ -147,7 +147,7 @@ def evaluate(scenarios: dict) -> list[Row]:
         text = (f"{value:.1f}x faster ({b['median']:.2f} vs {real['median']:.2f} ms; "
                 f"p99 {b['p99']:.2f} vs {real['p99']:.2f} ms)")
         return text, value >= 8, _engine_note(s)
-    rows.append(_exec_row("kubelet bridge vs real exec probe (busybox wget ExecSync), median", ">= 8x faster", exec_,
+    rows.append(exec_row("kubelet bridge vs real exec probe (busybox wget ExecSync), median", ">= 8x faster", exec_,
                           bridge_vs_exec_sync, paths=("bridged_exec_sync", "exec_sync_wget")))
 
     def first_attempt(s: dict):
@@ -182,7 +182,7 @@ def _per_kind(s: dict, text: Callable[[dict], str]) -> str:
 def _restart_rows(restart: dict | None) -> list[Row]:
     """Issue 14: the daemon restarted (SIGTERM, then kill -9) under N sandboxes x 3 probes at 1 s."""
     def note(s: dict) -> str:
-        return _scale_note({"sandboxes": s["sandboxes"]})
+        return scale_note({"sandboxes": s["sandboxes"]})
 
     def adopted(s: dict):
         ok = all(r["workers_adopted"] == r["workers_before"]
@@ -222,7 +222,7 @@ def _restart_rows(restart: dict | None) -> list[Row]:
     ]
 
 
-def _exec_row(figure: str, target: str, scenario: dict | None, measure,
+def exec_row(figure: str, target: str, scenario: dict | None, measure,
               paths: tuple[str, ...] = ("exec_sync_wget",)) -> Row:
     """A row about exec paths that need containerd: skipped with the reason when one of `paths` was."""
     for path in paths:
@@ -258,7 +258,7 @@ def targets_table(rows: list[Row]) -> str:
                  [[r.figure, r.target, r.measured, r.status, r.note] for r in rows])
 
 
-def _fmt(value, spec: str = ".1f") -> str:
+def fmt(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
@@ -268,12 +268,12 @@ def _scale_table(title: str, scale: dict) -> str:
         m, c, lat = s["memory"], s["cpu_percent"], s["state_change_latency_ms"]
         rows.append([s["sandboxes"], s.get("workers", "-"), f"{s['probes_per_s']:.0f}/{s['probes_per_s_expected']:.0f}",
                      f"{s['punctuality']['late']}/{s['punctuality']['missed']}",
-                     _fmt(c["daemon"]), _fmt(c["zygote"]), _fmt(c["workers"]), _fmt(c["shim_total"]),
-                     _fmt(c["targets"]), _fmt(m["daemon_rss_mib"]), _fmt(m["daemon_pss_mib"]),
-                     _fmt(m["worker_pss_mean_mib"], ".2f"), _fmt(m["total_pss_mib"]),
+                     fmt(c["daemon"]), fmt(c["zygote"]), fmt(c["workers"]), fmt(c["shim_total"]),
+                     fmt(c["targets"]), fmt(m["daemon_rss_mib"]), fmt(m["daemon_pss_mib"]),
+                     fmt(m["worker_pss_mean_mib"], ".2f"), fmt(m["total_pss_mib"]),
                      f"{m['fds']['daemon']}/{m['fds']['workers_total']}",
                      f"{m['threads']['daemon']}/{m['threads']['workers_total']}",
-                     f"{_fmt(lat.get('median'), '.2f')}/{_fmt(lat.get('p99'), '.2f')} ({lat['count']})"])
+                     f"{fmt(lat.get('median'), '.2f')}/{fmt(lat.get('p99'), '.2f')} ({lat['count']})"])
     namespaces = f", sandboxes in {scale['namespaces']} namespaces" if scale.get("namespaces") else ""
     per_extra = scale.get("per_extra_sandbox", {}).get("total_pss_mib")
     slope = f"; total PSS per extra sandbox {per_extra:.2f} MiB" if per_extra is not None else ""
@@ -291,12 +291,12 @@ def details(scenarios: dict) -> str:
             parts.append(_scale_table(title, scale))
     latency = scenarios.get("latency") or {}
     if "http" in latency:
-        rows = [[k, _fmt(latency[k]["engine_ms"]["median"], ".3f"), _fmt(latency[k]["engine_ms"]["p99"], ".3f"),
-                 _fmt(latency[k]["floor_ms"]["median"], ".3f"), _fmt(latency[k]["floor_ms"]["p99"], ".3f"),
-                 _fmt(latency[k]["ratio_median"], ".2f"),
-                 _fmt(latency[k].get("floor_warm_ms", {}).get("median"), ".3f"),
-                 _fmt(latency[k].get("ratio_median_warm"), ".2f"),
-                 _fmt(latency[k]["exec_probe_wall_ms"]["median"], ".3f")]
+        rows = [[k, fmt(latency[k]["engine_ms"]["median"], ".3f"), fmt(latency[k]["engine_ms"]["p99"], ".3f"),
+                 fmt(latency[k]["floor_ms"]["median"], ".3f"), fmt(latency[k]["floor_ms"]["p99"], ".3f"),
+                 fmt(latency[k]["ratio_median"], ".2f"),
+                 fmt(latency[k].get("floor_warm_ms", {}).get("median"), ".3f"),
+                 fmt(latency[k].get("ratio_median_warm"), ".2f"),
+                 fmt(latency[k]["exec_probe_wall_ms"]["median"], ".3f")]
                 for k in ("http", "tcp", "grpc")]
         parts.append(f"per-attempt latency, {latency['attempts_per_kind']} per kind (ms; floor: lone attempts "
                      "alternating with the engine's; warm: the floor in a loop)\n" + table(
@@ -304,8 +304,8 @@ def details(scenarios: dict) -> str:
              "warm ratio", "ExecProbe wall median"], rows))
     exec_ = scenarios.get("exec") or {}
     if "paths_ms" in exec_:
-        rows = [[name, _fmt(s["median"], ".2f"), _fmt(s["p90"], ".2f"), _fmt(s["p99"], ".2f"),
-                 _fmt(exec_["speedup_median"].get(name), ".1f") if name != "exec_probe" else "1"]
+        rows = [[name, fmt(s["median"], ".2f"), fmt(s["p90"], ".2f"), fmt(s["p99"], ".2f"),
+                 fmt(exec_["speedup_median"].get(name), ".1f") if name != "exec_probe" else "1"]
                 for name, s in exec_["paths_ms"].items()]
         text = f"one HTTP GET in the pod, {exec_['pod']} (ms)\n" + table(
             ["path", "median", "p90", "p99", "ExecProbe faster by"], rows)
@@ -314,11 +314,13 @@ def details(scenarios: dict) -> str:
         parts.append(text)
     proxy = scenarios.get("proxy") or {}
     if "Version" in proxy:
-        rows = [[m, _fmt(proxy[m]["direct_ms"]["median"], ".3f"), _fmt(proxy[m]["proxy_ms"]["median"], ".3f"),
-                 _fmt(proxy[m]["overhead_ms"]["median"], ".3f"), _fmt(proxy[m]["overhead_ms"]["p90"], ".3f"),
-                 _fmt(proxy[m]["overhead_ms"]["p99"], ".3f")] for m in ("Version", "ListPodSandbox")]
-        parts.append(f"CRI proxy, {proxy['calls_per_path']} calls per path (ms)\n" + table(
-            ["method", "direct median", "shim median", "overhead median", "p90", "p99"], rows))
+        rows = [[m, fmt(proxy[m]["direct_ms"]["median"], ".3f"), fmt(proxy[m]["proxy_ms"]["median"], ".3f"),
+                 fmt(proxy[m]["overhead_ms"]["median"], ".3f"), fmt(proxy[m]["overhead_ms"]["p90"], ".3f"),
+                 fmt(proxy[m]["overhead_ms"]["p99"], ".3f"), proxy[m].get("response_bytes", "-")]
+                for m in ("Version", "ListPodSandbox", "ListContainers", "ListContainers_10") if m in proxy]
+        parts.append(f"CRI proxy, {proxy['calls_per_path']} calls per path (ms); ListContainers: 100 containers, "
+                     "_10: 10 of them by a label selector\n" + table(
+            ["method", "direct median", "shim median", "overhead median", "p90", "p99", "answer bytes"], rows))
     spawn = scenarios.get("spawn") or {}
     if "first_attempt_ms" in spawn:
         a, r = spawn["first_attempt_ms"], spawn["run_probe_answered_ms"]
@@ -345,8 +347,8 @@ def _restart_table(s: dict) -> str:
     for kind, r in s["restarts"].items():
         w = r["watch"]
         events = ", ".join(f"{n} {t}" for t, n in sorted(w["events"].items())) or "none"
-        rows.append([kind, _fmt(r["daemon_age_s"], ".0f"), _fmt(r["stop_s"], ".2f"),
-                     _fmt(r["start_to_serving_s"], ".2f"), _fmt(r["gap_s"], ".2f"),
+        rows.append([kind, fmt(r["daemon_age_s"], ".0f"), fmt(r["stop_s"], ".2f"),
+                     fmt(r["start_to_serving_s"], ".2f"), fmt(r["gap_s"], ".2f"),
                      f"{r['workers_adopted']}/{r['workers_before']} ({r['adopted_workers_metric']})",
                      f"{r['sandboxes_same_worker']}/{r['sandboxes_same_worker_after_settle']}/{r['sandboxes']}",
                      r["worker_restarts"], f"{r['ticks_missed']}/{r['late']}",
@@ -356,7 +358,7 @@ def _restart_table(s: dict) -> str:
     return (f"restart, {s['sandboxes']} sandboxes x 3 probes at {s['period_ms']} ms in {s['namespaces']} namespaces, "
             f"one state dir: steady {st['attempts_per_s']:.1f} attempts/s ({st['attempts_per_s_expected']:.0f} due), "
             f"store {st['store_writes_per_s']:.3f} writes/s, {st['store_rows_per_s']:.1f} rows/s over "
-            f"{st['window_s']:.0f} s; times in s, counters of the new daemon after {_fmt(_settle(s), '.0f')} s\n"
+            f"{st['window_s']:.0f} s; times in s, counters of the new daemon after {fmt(_settle(s), '.0f')} s\n"
             + table(["restart", "daemon ran", "stop", "start to SERVING", "gap", "workers adopted (metric)",
                      "same pid: at SERVING/settled/all", "worker restarts", "missed/late", "attempts counted/due",
                      "store writes (rows)", "resumed watch got", "state changes"], rows)
@@ -373,6 +375,6 @@ def _bridge_line(exec_: dict) -> str:
     row = b.get("board_row", {})
     seen = (f"{row['successes']} successes, {row['failures']} failures, last attempt {row['last_attempt_ms']:.2f} ms"
             if "successes" in row else row.get("error", "not read"))
-    return (f"kubelet bridge: {_fmt(b['faster_than_exec_sync_wget_median'])}x faster than the busybox wget ExecSync "
+    return (f"kubelet bridge: {fmt(b['faster_than_exec_sync_wget_median'])}x faster than the busybox wget ExecSync "
             f"(medians); the engine's own attempt median {engine['median']:.2f}, p99 {engine['p99']:.2f}; "
             f"the bridge adds {b['added_to_attempt_median_ms']:.2f} to it (medians); its row on the board: {seen}")

@@ -10,8 +10,12 @@ Scenarios, in this order (bench/<module>.py each):
   2. latency    one attempt per kind: engine vs raw-socket floor in the same netns
   3. exec       ExecProbe and the kubelet bridge (marker ExecSync through the shim) vs
                 CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
+  3b. bridge_load marker ExecSyncs (a converted readiness httpGet) paced at 30 and 300/s over the pods of
+                the exec scenario's containerd: the shim daemon's and its workers' CPU per probe, latency
+                (issue 22); with --before-code, another checkout's shim in alternating windows
   4. spawn      RunProbe on a new sandbox -> its first attempt
-  5. proxy      unary CRI calls direct to containerd vs through the shim
+  5. proxy      unary CRI calls direct to containerd vs through the shim: Version, ListPodSandbox,
+                ListContainers with 100 containers and with 10 (does the cost grow with the answer?)
   6. pressure   600 probes/s against one server for a fixed window: failures, TIME_WAIT
   7. restart    N sandboxes x 3 probes at 1 s (issue 14): store writes/s in steady state; the daemon
                 restarted (SIGTERM, then kill -9): start to SERVING (all adopted), workers kept,
@@ -24,8 +28,9 @@ Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy
 are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else
 ../shared/kubelet/) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
-alone (scale, scale_strict, latency, spawn, pressure, exec, proxy, restart, node, admission;
-exec and proxy go together), into DIR ending in -only-NAME...
+alone (scale, scale_strict, latency, spawn, pressure, exec, bridge_load, proxy, restart, node,
+admission), into DIR ending in -only-NAME... The summary ends with issue 22's targets, each met or
+NOT met; bench/ab.py compares two runs (e.g. the code before issue 22 and after) row by row.
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
 tables printed at the end) and DIR/*.png; DIR defaults to
@@ -55,8 +60,8 @@ sys.path.insert(0, str(REPO_ROOT))
 import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
-    admission, exec_compare, latency, machine, node, node_report, plots, pressure, proxy_overhead, report, restart,
-    scale, spawn,
+    admission, bridge_load, exec_compare, issue22, latency, machine, node, node_report, plots, pressure,
+    proxy_overhead, report, restart, scale, spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.containerd_rig import ContainerdRig  # noqa: E402
@@ -89,33 +94,47 @@ def scenario(name: str, run: Callable[[], dict]) -> dict:
     return result
 
 
-def containerd_scenarios(mode: Mode, scenarios: dict) -> None:
-    """exec and proxy share one containerd (its start costs seconds); without it, exec runs in a netns."""
+CONTAINERD_SCENARIOS = ("exec", "bridge_load", "proxy")
+CONTAINERD_PODS = 6  # bridge_load spreads its probes over them (a worker each, as on a node)
+
+
+def containerd_scenarios(mode: Mode, scenarios: dict, wanted: Callable[[str], bool],
+                         before_code: Path | None = None) -> None:
+    """exec, bridge_load and proxy share one containerd (its start costs seconds); without it, exec runs in a
+    netns. `before_code`: another checkout whose shim bridge_load measures beside this one, window by window."""
+    names = [name for name in CONTAINERD_SCENARIOS if wanted(name)]
     reason = unavailable_reason()
     if reason is not None:
         log(f"containerd: {reason}")
-        scenarios["exec"] = scenario("exec", lambda: exec_compare.in_netns(mode.exec_count, mode.exec_warmup, reason))
-        scenarios["proxy"] = {"skipped": reason}
+        for name in names:
+            scenarios[name] = {"skipped": reason}
+        if "exec" in names:
+            scenarios["exec"] = scenario("exec", lambda: exec_compare.in_netns(mode.exec_count, mode.exec_warmup,
+                                                                                reason))
         return
     sweep_stale_sessions()
-    log("containerd: starting (3 pod sandboxes, a busybox container and an HTTP server in each)")
+    log(f"containerd: starting ({CONTAINERD_PODS} pod sandboxes, a busybox httpd container in each, "
+        f"{proxy_overhead.LIST_CONTAINERS} containers in all, an HTTP server in the first pod)")
+    runs = {"exec": lambda rig: exec_compare.with_containerd(rig, mode.exec_count, mode.exec_warmup),
+            "bridge_load": lambda rig: bridge_load.with_containerd(rig, mode.bridge_load),
+            "proxy": lambda rig: proxy_overhead.with_containerd(rig, mode.proxy_count, mode.proxy_warmup)}
+    fillers = proxy_overhead.rig_fillers(CONTAINERD_PODS) if "proxy" in names else {}
+    beside = {"before": before_code} if before_code is not None and "bridge_load" in names else {}
     try:
-        with ContainerdRig(pod_count=3) as rig:
-            scenarios["exec"] = scenario("exec", lambda: exec_compare.with_containerd(
-                rig, mode.exec_count, mode.exec_warmup))
-            scenarios["proxy"] = scenario("proxy", lambda: proxy_overhead.with_containerd(
-                rig, mode.proxy_count, mode.proxy_warmup))
+        with ContainerdRig(pod_count=CONTAINERD_PODS, shim_roots=beside, **fillers) as rig:
+            for name in names:
+                scenarios[name] = scenario(name, lambda name=name: runs[name](rig))
     except Exception as exc:  # noqa: BLE001 - containerd itself did not come up
         traceback.print_exc()
-        for name in ("exec", "proxy"):
+        for name in names:
             scenarios.setdefault(name, {"error": f"containerd: {type(exc).__name__}: {exc}"})
 
 
-SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "proxy", "restart", "node",
-             "admission")
+SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "bridge_load", "proxy", "restart",
+             "node", "admission")
 
 
-def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> None:
+def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset(), before_code: Path | None = None) -> None:
     """Every scenario, or those named in `only`."""
     def wanted(name: str) -> bool:
         return not only or name in only
@@ -131,8 +150,8 @@ def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset()) -> 
         scenarios["spawn"] = scenario("spawn", lambda: spawn.run(mode.spawn_sandboxes))
     if wanted("pressure"):
         scenarios["pressure"] = scenario("pressure", lambda: pressure.run(mode.pressure_s, mode.pressure_warmup_s))
-    if wanted("exec") or wanted("proxy"):
-        containerd_scenarios(mode, scenarios)
+    if any(wanted(name) for name in CONTAINERD_SCENARIOS):
+        containerd_scenarios(mode, scenarios, wanted, before_code)
     if wanted("restart"):
         scenarios["restart"] = scenario("restart", lambda: restart.run(mode.restart))
     if wanted("node"):
@@ -160,6 +179,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="output directory (default bench/results/<date>-<host>-<mode>)")
     parser.add_argument("--only", type=lambda text: frozenset(text.split(",")), default=frozenset(),
                         help=f"comma-separated scenarios to run alone: {', '.join(SCENARIOS)}")
+    parser.add_argument("--before-code", type=Path, metavar="DIR",
+                        help="another checkout (e.g. a git worktree of the commit before an issue) whose shim "
+                             "bridge_load measures beside this one's, window by window (see bench/ab.py)")
     args = parser.parse_args()
     if unknown := args.only - set(SCENARIOS):
         parser.error(f"--only: no scenario {', '.join(sorted(unknown))} (there are {', '.join(SCENARIOS)})")
@@ -181,7 +203,7 @@ def main() -> int:
     begin = time.monotonic()
     interrupted = False
     try:
-        run_all(mode, results["scenarios"], args.only)
+        run_all(mode, results["scenarios"], args.only, args.before_code)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: everything started was stopped")
@@ -189,8 +211,10 @@ def main() -> int:
     results["machine"]["loadavg_at_end"] = machine.loadavg()
     results["leftovers"] = leftovers()
     results["interrupted"] = interrupted
-    rows = (report.evaluate(results["scenarios"]) + node_report.rows(results["scenarios"].get("node"))
-            + admission.rows(results["scenarios"].get("admission")))
+    general = report.evaluate(results["scenarios"]) + admission.rows(results["scenarios"].get("admission"))
+    node_cost = issue22.rows(results["scenarios"], general)
+    # Every row once (issue 22 reuses some of issue 6's): bench/ab.py pairs two runs' rows by figure.
+    rows = general + [r for r in node_cost if r not in general]
     results["targets"] = [r.as_dict() for r in rows]
 
     out.mkdir(parents=True, exist_ok=True)
@@ -204,8 +228,10 @@ def main() -> int:
         f"{results['duration_s']} s",
         report.details(results["scenarios"]),
         node_report.details(results["scenarios"].get("node")),
+        issue22.details(results["scenarios"]),
         admission.details(results["scenarios"].get("admission")),
-        "targets (issues 6, 14, 20 and 22)\n" + report.targets_table(rows),
+        "targets (issues 6, 14 and 20)\n" + report.targets_table(general),
+        "issue 22 (node cost): every target\n" + report.targets_table(node_cost),
     ] if part)
     (out / "summary.txt").write_text(summary + "\n")
     print(summary)
