@@ -14,8 +14,10 @@ that never touch a dynamic table (grpc_wire.py), so there is no encoder state to
 Flow control: what a client sends is acknowledged as it arrives (a WINDOW_UPDATE once half a window is used); the
 caller bounds what it buffers (a message is at most 16 MiB). What this side sends waits for the client's windows,
 queued per stream, and is sent as WINDOW_UPDATEs open them; `backlog(stream_id)` lets a writer wait.
-A broken rule of the connection ends it with GOAWAY and the error code (ConnectionEnded); a broken rule of one
-stream resets that stream.
+A broken rule of the connection ends it with GOAWAY and the error code (ConnectionEnded) and nothing more is read;
+a broken rule of one stream resets that stream. A graceful GOAWAY, either way, ends no stream: the streams already
+open go on (their DATA, WINDOW_UPDATEs and PINGs are still read, RFC 9113 6.8), and the streams a client opens
+after this side's GOAWAY are ignored (the client retries them on a new connection).
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class ServerConnection:
         self._unacked = 0
         self._continuing: tuple[int, int, bytearray] | None = None  # (stream, HEADERS flags, block so far)
         self.closed: ConnectionEnded | None = None
+        self._last_served: int | None = None  # the last stream id of this side's GOAWAY, once sent
+        self._broken = False  # this side sent GOAWAY with an error: nothing more is read
         settings = {MAX_CONCURRENT_STREAMS: max_concurrent_streams, INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                     MAX_HEADER_LIST_SIZE: HEADER_LIST_LIMIT, ENABLE_PUSH: 0}
         self._out.append(frame(SETTINGS, 0, 0, settings_payload(settings)))
@@ -153,8 +157,8 @@ class ServerConnection:
     # --- bytes in ------------------------------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> list[Event]:
-        """The events `data` completes. After a ConnectionEnded event nothing more is read."""
-        if self.closed is not None:
+        """The events `data` completes. After a connection error (GOAWAY with its code) nothing more is read."""
+        if self._broken:
             return []
         events: list[Event] = []
         buffer = self._buffer
@@ -181,8 +185,6 @@ class ServerConnection:
                 payload = bytes(buffer[offset + 9:end])
                 offset = end
                 self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload, events)
-                if self.closed is not None:
-                    break
             del buffer[:offset]
         except ConnectionError_ as error:
             events.append(self._end(error.code, str(error)))
@@ -224,8 +226,10 @@ class ServerConnection:
             if not flags & ACK:
                 self._out.append(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
-            if stream_id == 0 or len(payload) != 4:
-                raise ConnectionError_(PROTOCOL_ERROR, "a malformed RST_STREAM")
+            if len(payload) != 4:
+                raise ConnectionError_(FRAME_SIZE_ERROR, "a RST_STREAM not of 4 bytes")
+            if stream_id == 0:
+                raise ConnectionError_(PROTOCOL_ERROR, "RST_STREAM on stream 0")
             if self._streams.pop(stream_id, None) is not None:
                 events.append(StreamReset(stream_id, _U32.unpack(payload)[0]))
             elif stream_id > self.last_stream_id:
@@ -233,9 +237,11 @@ class ServerConnection:
         elif kind == GOAWAY:
             if stream_id != 0 or len(payload) < 8:
                 raise ConnectionError_(PROTOCOL_ERROR, "a malformed GOAWAY")
-            code = _U32.unpack_from(payload, 4)[0]
-            self.closed = ConnectionEnded(code, payload[8:].decode("utf-8", "replace"), by_peer=True)
-            events.append(self.closed)
+            ended = ConnectionEnded(_U32.unpack_from(payload, 4)[0], payload[8:].decode("utf-8", "replace"),
+                                    by_peer=True)
+            if self.closed is None:
+                self.closed = ended
+            events.append(ended)
         elif kind == PUSH_PROMISE:
             raise ConnectionError_(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
         elif kind == PRIORITY:
@@ -287,6 +293,8 @@ class ServerConnection:
         if stream_id % 2 == 0 or stream_id <= self.last_stream_id:
             raise ConnectionError_(PROTOCOL_ERROR, f"HEADERS opening stream {stream_id} out of order")
         self.last_stream_id = stream_id
+        if self._last_served is not None:
+            return  # opened after this side's GOAWAY, which told the client it is not served
         if len(self._streams) >= self._max_streams:
             self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
             return
@@ -338,8 +346,9 @@ class ServerConnection:
         if stream is None:
             return
         if increment == 0 or stream.send_window + increment > MAX_WINDOW:
-            self._reset(stream_id, PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR)
-            events.append(StreamReset(stream_id, PROTOCOL_ERROR))
+            code = PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR
+            self._reset(stream_id, code)
+            events.append(StreamReset(stream_id, code))
             return
         stream.send_window += increment
         self._flush(stream_id, stream)
@@ -407,11 +416,16 @@ class ServerConnection:
     # --- internals -----------------------------------------------------------------------------------------------
 
     def _end(self, code: int, reason: str) -> ConnectionEnded:
-        if self.closed is None or self.closed.by_peer:
-            self._out.append(frame(GOAWAY, 0, 0, _U32.pack(self.last_stream_id) + _U32.pack(code)
-                                   + reason.encode()[:256]))
-            if self.closed is None:
-                self.closed = ConnectionEnded(code, reason, by_peer=False)
+        """GOAWAY: once gracefully (NO_ERROR), and once more if a rule is broken later."""
+        if self._broken or (code == NO_ERROR and self._last_served is not None):
+            return self.closed
+        if self._last_served is None:
+            self._last_served = self.last_stream_id
+        self._out.append(frame(GOAWAY, 0, 0, _U32.pack(self._last_served) + _U32.pack(code)
+                               + reason.encode()[:256]))
+        self._broken = code != NO_ERROR
+        if self.closed is None or self.closed.by_peer or self._broken:
+            self.closed = ConnectionEnded(code, reason, by_peer=False)
         return self.closed
 
     def _reset(self, stream_id: int, code: int) -> None:
