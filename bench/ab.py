@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+UNMEASURED = "-"  # bench/report.py's measured text of a row without a figure
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class Pair:
     after: str
     before_status: str
     after_status: str
+
+    @property
+    def unmeasured(self) -> bool:
+        """Neither run has a figure for this row (its scenario skipped, failed or not run in both)."""
+        return self.before == UNMEASURED and self.after == UNMEASURED
 
     @property
     def ratio(self) -> float | None:
@@ -123,14 +129,17 @@ def _run_line(label: str, results: dict) -> str:
 
 def report(before: dict, after: dict) -> str:
     both, only_before, only_after = pairs(before.get("targets", []), after.get("targets", []))
+    measured = [p for p in both if not p.unmeasured]
     parts = ["# A/B: the benchmark before and after", "",
              _run_line("before", before), _run_line("after", after), "",
              "Every target row both runs have; before and after are the measured texts, after/before the ratio of "
-             "their first numbers.", "", pairs_table(both)]
+             "their first numbers.", "", pairs_table(measured)]
     interleaved = interleaved_table(after.get("scenarios", {}).get("bridge_load") or {})
     if interleaved:
         parts += ["", interleaved]
-    for label, figures in (("only before", only_before), ("only after", only_after)):
+    unmeasured = [p.figure for p in both if p.unmeasured]
+    for label, figures in (("measured in neither run", unmeasured), ("only before", only_before),
+                           ("only after", only_after)):
         if figures:
             parts += ["", f"{label}: " + "; ".join(figures)]
     return "\n".join(parts) + "\n"

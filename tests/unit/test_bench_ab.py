@@ -52,6 +52,13 @@ def test_the_report_shows_before_after_ratio_and_a_changed_verdict():
     assert "same windows" not in text  # no shim ran beside this one
 
 
+def test_rows_measured_in_neither_run_are_named_not_tabled():
+    before = run("7b56778", [row("scale", "-", "skipped"), row("a", "1 ms")])
+    after = run("abc1234", [row("scale", "-", "error"), row("a", "1 ms")])
+    text = ab.report(before, after)
+    assert "| scale |" not in text and "measured in neither run: scale" in text
+
+
 def test_a_shim_measured_beside_in_the_same_windows_gets_its_own_table():
     after = run("abc1234", [], {**rates(0.30, 0.20), "beside": {"before": rates(1.50, 0.80)}})
     text = ab.report(run("7b56778", []), after)
