@@ -13,7 +13,11 @@ import time
 
 from google.protobuf.message import Message
 
-from probe_api.worker_protocol import FrameDecoder, encode
+from probe_api.worker_protocol import FrameDecoder, FrameError, encode
+
+RECV_SIZE = 65536
+# Frames read ahead of the consumer, at most: past it the channel stops reading, and the sender waits.
+MAX_READ_AHEAD = 64
 
 
 class ChannelClosed(Exception):
@@ -27,7 +31,13 @@ class AsyncChannel:
         sock.setblocking(False)
         self._sock = sock
         self._decoder = decoder or FrameDecoder()
-        self._pending: list[bytes] = pending or []
+        self._pending: collections.deque[bytes] = collections.deque(pending or ())
+        # The reader stays registered from the first recv() on: a frame costs one recv() and no epoll_ctl.
+        # (loop.sock_recv registers and unregisters the socket for every frame that it waits for.)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reading = False
+        self._end: BaseException | None = None  # why no frame comes any more, once the reader saw it
+        self._waiter: asyncio.Future[None] | None = None
         # Bytes the kernel has not taken yet, in order, and the task writing them out.
         self._unsent: collections.deque[bytes] = collections.deque()
         self._flusher: asyncio.Future[None] | None = None
@@ -64,16 +74,84 @@ class AsyncChannel:
             raise
 
     def close(self) -> None:
+        self._stop_reading()
         self._sock.close()
 
     async def recv(self) -> bytes:
-        loop = asyncio.get_running_loop()
-        while not self._pending:
-            data = await loop.sock_recv(self._sock, 65536)
-            if not data:
-                raise ChannelClosed()
+        """The next frame; ChannelClosed at EOF, OSError or FrameError when the socket or the stream broke."""
+        while True:
+            frame = self.take()
+            if frame is not None:
+                return frame
+            await self.wait()
+
+    def take(self) -> bytes | None:
+        """A frame already read, or None; raises what ended the stream once every frame before it was taken."""
+        if self._pending:
+            frame = self._pending.popleft()
+            if len(self._pending) < MAX_READ_AHEAD and not self._reading and self._end is None:
+                self._start_reading()  # it paused with a full queue
+            return frame
+        if self._end is not None:
+            raise self._end
+        return None
+
+    async def wait(self, *interrupts: asyncio.Future) -> None:
+        """Until a frame (or the stream's end) can be taken, or one of `interrupts` is done."""
+        if self._pending or self._end is not None:
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        if not self._reading:
+            self._start_reading(loop)
+        waiter = self._waiter = loop.create_future()
+        for future in interrupts:
+            future.add_done_callback(self._wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            for future in interrupts:
+                future.remove_done_callback(self._wake)
+
+    def _wake(self, _: object = None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _start_reading(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = self._loop or loop or asyncio.get_running_loop()
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        self._reading = True
+
+    def _stop_reading(self) -> None:
+        if self._reading and self._loop is not None:
+            self._reading = False
+            if self._sock.fileno() >= 0:
+                self._loop.remove_reader(self._sock.fileno())
+
+    def _on_readable(self) -> None:
+        try:
+            data = self._sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._finish(exc)
+            return
+        if not data:
+            self._finish(ChannelClosed())
+            return
+        try:
             self._pending.extend(self._decoder.feed(data))
-        return self._pending.pop(0)
+        except FrameError as exc:
+            self._finish(exc)
+            return
+        if len(self._pending) >= MAX_READ_AHEAD:
+            self._stop_reading()  # the reader of the frames is behind: the sender's buffer fills instead
+        self._wake()
+
+    def _finish(self, end: BaseException) -> None:
+        self._end = end
+        self._stop_reading()
+        self._wake()
 
 
 class BlockingChannel:

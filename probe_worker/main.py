@@ -296,17 +296,18 @@ class Session:
 
     async def next_request(self) -> bytes | None:
         """The next request's bytes; None at EOF, once `stop` is done, or when a new daemon's socket came."""
-        receive = asyncio.ensure_future(self.channel.recv())
-        waits = [receive] + [f for f in (self.stop, self.handover and self.handover.arrived) if f is not None]
-        if len(waits) > 1:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if not receive.done():
-                receive.cancel()
+        interrupts = [f for f in (self.stop, self.handover and self.handover.arrived) if f is not None]
+        while True:
+            try:
+                frame = self.channel.take()
+            except (ChannelClosed, OSError):
                 return None
-        try:
-            return await receive
-        except (ChannelClosed, OSError):
-            return None
+            if frame is not None:
+                return frame
+            if any(f.done() for f in interrupts):
+                return None
+            # No task per request: the channel's own wait, cut short by the interrupts.
+            await self.channel.wait(*interrupts)
 
     async def next_daemon(self) -> AsyncChannel | None:
         """The next daemon's channel, once it has our Ready and what was queued; None when the worker ends."""

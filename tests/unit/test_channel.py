@@ -110,3 +110,51 @@ def test_send_raises_once_the_other_side_is_gone():
             await AsyncChannel(a).send(worker_pb.WorkerEvent(seq=1))
 
     asyncio.run(main())
+
+
+def test_frames_beyond_the_read_ahead_bound_all_arrive_in_order():
+    from probe_worker.channel import MAX_READ_AHEAD
+
+    a, b = socket.socketpair()
+    count = MAX_READ_AHEAD * 3
+    a.sendall(b"".join(encode(worker_pb.WorkerRequest(seq=i)) for i in range(count)))
+    a.close()
+
+    async def main():
+        chan = AsyncChannel(b)
+        seqs = []
+        with pytest.raises(ChannelClosed):
+            while True:
+                seqs.append(worker_pb.WorkerRequest.FromString(await chan.recv()).seq)
+        return seqs
+
+    assert asyncio.run(main()) == list(range(count))  # every frame before EOF, then ChannelClosed
+
+
+def test_a_wait_ends_when_an_interrupt_is_done_and_a_frame_sent_later_is_still_read():
+    a, b = socket.socketpair()
+
+    async def main():
+        chan = AsyncChannel(b)
+        stop = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(stop.set_result, "stop")
+        await asyncio.wait_for(chan.wait(stop), 5)
+        assert chan.take() is None  # no frame: it was the interrupt
+        a.sendall(encode(worker_pb.WorkerRequest(seq=7)))
+        return worker_pb.WorkerRequest.FromString(await asyncio.wait_for(chan.recv(), 5)).seq
+
+    assert asyncio.run(main()) == 7
+
+
+def test_a_broken_frame_is_raised_to_the_reader():
+    a, b = socket.socketpair()
+    a.sendall(encode(worker_pb.WorkerRequest(seq=1)))
+
+    async def main():
+        chan = AsyncChannel(b)
+        assert worker_pb.WorkerRequest.FromString(await chan.recv()).seq == 1
+        a.sendall(struct.pack(">I", MAX_FRAME + 1))
+        with pytest.raises(FrameError):
+            await chan.recv()
+
+    asyncio.run(main())
