@@ -62,8 +62,25 @@ def validate_registration(reg: worker_pb.ProbeRegistration, require_id: bool = T
     return errors + validate_probe(reg.type, reg.spec)
 
 
+# RunOnce requests whose verdict is kept: the kubelet bridge sends the same few requests every period, and
+# checking one costs more than the rest of its handling in the worker. A full cache is simply emptied.
+RUN_ONCE_VERDICTS = 256
+_run_once_verdicts: dict[bytes, tuple[str, ...]] = {}
+
+
 def validate_run_once(run: worker_pb.RunOnce) -> list[str]:
     """RunOnce's own fields, after its registration's: a core/v1 LifecycleHandler has no gRPC action."""
+    # The verdict depends on the message alone: keyed by its bytes, not its identity (a caller may change it).
+    key = run.SerializeToString(deterministic=True)
+    verdict = _run_once_verdicts.get(key)
+    if verdict is None:
+        if len(_run_once_verdicts) >= RUN_ONCE_VERDICTS:
+            _run_once_verdicts.clear()
+        verdict = _run_once_verdicts[key] = tuple(_run_once_errors(run))
+    return list(verdict)
+
+
+def _run_once_errors(run: worker_pb.RunOnce) -> list[str]:
     errors = validate_registration(run.probe, require_id=False)
     if not 0 <= run.max_tries <= MAX_TRIES:
         errors.append(f"max_tries: Invalid value: {run.max_tries}: must be between 0 and {MAX_TRIES}, inclusive")
