@@ -209,7 +209,8 @@ class _Attempt:
                     # Several pod IPs may race (ip_family ANY): the URL and Host name the
                     # one that answered, and redirects go back to that one.
                     ip = self.address.rsplit(":", 1)[0].strip("[]")
-                    self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
+                    if self.endpoint.addresses != (ip,) or self.endpoint.host != ip:  # one pod IP: nothing to do
+                        self.endpoint = dataclasses.replace(self.endpoint, host=ip, addresses=(ip,))
                     prepared = prepared.retarget(ip)
                     request = prepared.request
                 self.first = request
