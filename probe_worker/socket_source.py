@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
@@ -99,6 +100,7 @@ class BrokerSockets:
         self._loop = asyncio.get_running_loop()
         self._seq = itertools.count(1)
         self._replies: dict[int, asyncio.Future[list[socket.socket]]] = {}
+        self._families: dict[int, int] = {}  # the family each request in flight asked for
         self._pools: dict[tuple[str, int], collections.deque[socket.socket]] = {}
         self._refills: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._batches: dict[tuple[str, int], tuple[int, float]] = {}  # the last batch asked for, and when
@@ -166,6 +168,7 @@ class BrokerSockets:
             raise BrokerUnavailable(f"the netns broker is gone: {self.lost}")
         seq = next(self._seq)
         reply = self._replies[seq] = self._loop.create_future()
+        self._families[seq] = key[1]
         now = self._loop.time()
         previous, asked_at = self._batches.get(key, (None, now))
         count = next_batch(previous, now - asked_at)
@@ -186,6 +189,7 @@ class BrokerSockets:
         finally:
             timer.cancel()
             self._replies.pop(seq, None)
+            self._families.pop(seq, None)
         pool = self._pools.get(key)
         if pool is None:  # the sandbox was removed meanwhile
             for sock in sockets:
@@ -202,7 +206,6 @@ class BrokerSockets:
             except OSError as exc:
                 self._lose(f"broker channel: {exc.strerror or exc}")
                 return
-            sockets = [socket.socket(fileno=fd) for fd in fds]
             if not data and not fds:
                 self._lose("the broker closed its end")
                 return
@@ -211,29 +214,24 @@ class BrokerSockets:
                     raise ValueError("truncated packet")
                 reply = worker_pb.SocketReply.FromString(data)
             except Exception as exc:  # noqa: BLE001  a broken broker is a lost broker
-                for sock in sockets:
-                    sock.close()
+                _close_fds(fds)
                 self._lose(f"protocol error from the broker: {exc}")
                 return
             if reply.control and not reply.seq:
-                if len(sockets) == 1 and self._on_control is not None:
-                    self._on_control(sockets[0])
+                if len(fds) == 1 and self._on_control is not None:
+                    self._on_control(socket.socket(fileno=fds[0]))
                 else:
-                    for sock in sockets:
-                        sock.close()
+                    _close_fds(fds)
                 continue
             waiter = self._replies.get(reply.seq)
-            if waiter is None or waiter.done():
-                for sock in sockets:
-                    sock.close()
+            family = self._families.get(reply.seq)
+            if waiter is None or waiter.done() or family is None:
+                _close_fds(fds)
             elif reply.error:
-                for sock in sockets:
-                    sock.close()
+                _close_fds(fds)
                 waiter.set_exception(BrokerUnavailable(reply.error))
             else:
-                for sock in sockets:
-                    sock.setblocking(False)  # the broker set every option; this is Python's own view of it
-                waiter.set_result(sockets)
+                waiter.set_result([_probe_socket(fd, family) for fd in fds])
 
     def _lose(self, reason: str) -> None:
         if self.lost:
@@ -246,6 +244,18 @@ class BrokerSockets:
                 waiter.set_exception(BrokerUnavailable(f"the netns broker is gone: {reason}"))
         if self._on_lost is not None:
             self._on_lost(reason)
+
+
+def _probe_socket(fd: int, family: int) -> socket.socket:
+    """A socket object for a probe socket the broker made: family, type and protocol as the broker made it
+    (asking the kernel costs three system calls a socket), SOCK_NONBLOCK as Python's view of the O_NONBLOCK the
+    broker set (setblocking would cost a fourth)."""
+    return socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, socket.IPPROTO_TCP, fileno=fd)
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

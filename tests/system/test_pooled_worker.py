@@ -259,6 +259,31 @@ def test_concurrent_takes_beyond_a_batch_are_all_served_in_the_sandboxs_netns(po
         broker.close()
 
 
+def test_a_pooled_socket_is_what_the_broker_made_in_pythons_view_too(pod_netns):
+    # The worker wraps the passed descriptors without asking the kernel: its view must be the kernel's.
+    broker = ThreadBroker()
+    broker.attach(1)
+    broker.assign("a", pod_netns.path, find_pod_ips=False)
+
+    async def main() -> None:
+        sockets = BrokerSockets(broker.theirs)
+        try:
+            for family in (socket.AF_INET, socket.AF_INET6):
+                sock = await asyncio.wait_for(sockets.take("a", family), 10)
+                with sock:
+                    assert (sock.family, sock.type, sock.gettimeout()) == (family, socket.SOCK_STREAM, 0.0)
+                    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) == family
+                    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL) == sock.proto
+                    assert os.get_blocking(sock.fileno()) is False
+        finally:
+            sockets.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.close()
+
+
 def test_a_host_name_is_read_from_the_nodes_hosts_file_and_dns_is_out_of_reach(pod_netns, worker):
     # The (gated) host field: a worker has no network of its own, so only /etc/hosts can answer a lookup.
     server = listen(pod_netns, host="127.0.0.1")
