@@ -11,8 +11,9 @@ For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.p
    worker stays up between calls, since the kubelet calls again every period;
 5. the attempt -> span, metrics with the pod's labels, a row on the status board (probectl ps / inspect / watch),
    and the ExecSync answer (answer.py).
-Nothing of this is stored: the kubelet owns the handler and calls again; after a restart rows come back with the
-first call.
+What steps 2-4 derive from the request alone (the call, the checked RunOnce, the worker target, the row's fixed
+fields) is kept per handler between the kubelet's calls, in memory (handlers.py). Nothing of this is stored: the
+kubelet owns the handler and calls again; after a restart rows come back with the first call.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.bridge_command import HOOK_ROLES, ROLES, BadArguments, BridgedCall
+from probe_api.bridge_command import HOOK_ROLES, ROLES, BadArguments
 from shim.bridge import answer
 from shim.bridge.command import marker_exec, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
+from shim.bridge.handlers import Handler, Handlers, handler_key
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady
 from shim.state.results import ResultsManager
-from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable
+from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable, checked_run_once
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class KubeletBridge:
         self._metrics = metrics  # the bridge's own counter; attempts go to the results manager
         self._allow_host = allow_host_field
         self._hook_timeout_ms = int(hook_timeout_s * 1000)
+        self._handlers = Handlers()  # what each handler's command gives, kept between the kubelet's calls
 
     def claim(self, request: bytes) -> cri_pb.ExecSyncRequest | None:
         """For the CRI proxy: the ExecSync requests this bridge answers (the marker's), decoded."""
@@ -76,6 +79,7 @@ class KubeletBridge:
         """From the CRI proxy, before StopPodSandbox / RemovePodSandbox reach the runtime (the sandbox directory
         hears of it from the registry's `sandbox_event`)."""
         self._containers.forget_sandbox(sandbox_id)
+        self._handlers.forget_sandbox(sandbox_id)
 
     # --- one call ----------------------------------------------------------------------------------------------
 
@@ -86,34 +90,47 @@ class KubeletBridge:
             return answer.FORWARD
         except RuntimeUnavailable as exc:
             return answer.StatusAnswer(grpc.StatusCode.UNAVAILABLE, str(exc))
-        try:
-            call = parse_command(request.cmd, ports=container.ports, timeout_ms=self._timeout_ms(request),
-                                 allow_host=self._allow_host)
-        except BadArguments as exc:
-            log.warning("bridged exec refused: %s", exc, extra=_log_fields(container))
-            return answer.bad_arguments(str(exc))
+        key = handler_key(request.container_id, request.cmd, request.timeout)
+        handler = self._handlers.get(key, container)
+        if handler is None:
+            handler = self._derive(request, container)
+            self._handlers.keep(key, handler)
+        if handler.call is None:
+            log.warning("bridged exec refused: %s", handler.refusal, extra=_log_fields(container))
+            return answer.bad_arguments(handler.refusal)
+        call = handler.call
         try:
             sandbox = await self._sandboxes.resolve_cached(container.sandbox_id)
         except (SandboxNotFound, SandboxNotReady, RuntimeUnavailable) as exc:
             return answer.cannot_probe(str(exc))
+        if not handler.for_sandbox(sandbox):
+            _derive_for_sandbox(handler, sandbox)
         budget_s = call.spec.timeout_ms / 1000 + ANSWER_GRACE_S
         try:
-            attempt = await self._supervisor.run_once(
-                SandboxTarget.of(sandbox),
-                worker_pb.ProbeRegistration(
-                    type=call.probe_type, spec=call.spec,
-                    container=worker_pb.ContainerRef(id=container.id, name=container.name, ports=container.ports),
-                ),
-                budget_s, keep_warm=True, max_tries=1, lifecycle_hook=call.is_hook,
-            )
+            if handler.run is None:  # kept once the worker's rules passed it: a refusal is checked again next time
+                handler.run = checked_run_once(handler.registration, max_tries=1, lifecycle_hook=call.is_hook)
+            attempt = await self._supervisor.run_checked(handler.target, handler.run, budget_s, keep_warm=True)
         except TimeoutError:
             return answer.timed_out(budget_s)
         except WorkerUnavailable as exc:
             return answer.cannot_probe(str(exc))
         except WorkerRejected as exc:  # validated above already: a worker of another version
             return answer.bad_arguments(str(exc))
-        self._record(container, sandbox, call, attempt, traceparent)
+        self._record(handler, sandbox, attempt, traceparent)
         return answer.attempt_answer(attempt, hook=call.is_hook)
+
+    def _derive(self, request: cri_pb.ExecSyncRequest, container: ContainerInfo) -> Handler:
+        """What the command gives for this container: its call and registration, or its refusal."""
+        try:
+            call = parse_command(request.cmd, ports=container.ports, timeout_ms=self._timeout_ms(request),
+                                 allow_host=self._allow_host)
+        except BadArguments as exc:
+            return Handler(container, None, refusal=str(exc))
+        registration = worker_pb.ProbeRegistration(
+            type=call.probe_type, spec=call.spec,
+            container=worker_pb.ContainerRef(id=container.id, name=container.name, ports=container.ports),
+        )
+        return Handler(container, call, registration=registration)
 
     def _timeout_ms(self, request: cri_pb.ExecSyncRequest) -> int:
         """The kubelet sends the probe's timeoutSeconds, and 0 for hooks (pkg/kubelet/lifecycle passes no timeout)."""
@@ -123,19 +140,28 @@ class KubeletBridge:
 
     # --- visibility --------------------------------------------------------------------------------------------
 
-    def _record(self, container: ContainerInfo, sandbox: SandboxInfo, call: BridgedCall, attempt: spec_pb.Attempt,
+    def _record(self, handler: Handler, sandbox: SandboxInfo, attempt: spec_pb.Attempt,
                 traceparent: str | None) -> None:
         self._sandboxes.note(sandbox)
-        now = time.time_ns()
-        row = service_pb.Probe(
-            probe_id=row_id(sandbox.id, container.id, call.role), pod_sandbox_id=sandbox.id, container_id=container.id,
-            container_name=container.name, type=spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type,
-            spec=call.spec, labels=dict(container.labels), container_ports=container.ports, created_at=now,
-            bridged=service_pb.BridgedHandler(role=call.role, last_exec_at=now),
-        )
+        row = handler.row  # the handler's own: the results manager copies what it keeps
+        row.created_at = row.bridged.last_exec_at = time.time_ns()
+        is_hook = handler.call.is_hook
         # prober_probe_total counts probes; hooks are counted by the bridge's own counter.
-        self._results.bridged_attempt(row, attempt, traceparent, counts_as_probe=not call.is_hook,
-                                      worker=self._supervisor.status(sandbox.id, as_reported=True))
+        self._results.bridged_attempt(row, attempt, traceparent, counts_as_probe=not is_hook,
+                                      worker=self._supervisor.reported_status(sandbox.id))
+
+
+def _derive_for_sandbox(handler: Handler, sandbox: SandboxInfo) -> None:
+    """The worker target and the board row's fixed fields, for the handler in this sandbox."""
+    call, container = handler.call, handler.container
+    handler.sandbox = sandbox
+    handler.target = SandboxTarget.of(sandbox)
+    handler.row = service_pb.Probe(
+        probe_id=row_id(sandbox.id, container.id, call.role), pod_sandbox_id=sandbox.id, container_id=container.id,
+        container_name=container.name, type=spec_pb.PROBE_TYPE_UNSPECIFIED if call.is_hook else call.probe_type,
+        spec=call.spec, labels=dict(container.labels), container_ports=container.ports,
+        bridged=service_pb.BridgedHandler(role=call.role),
+    )
 
 
 def _log_fields(container: ContainerInfo) -> dict[str, str]:

@@ -118,6 +118,7 @@ class ShimMetrics:
             "Marker ExecSync calls the kubelet bridge answered, by role and answer (exit code or gRPC status).",
             ("role", "answer"), registry=self.registry,
         )
+        self._bridged_series: dict[tuple[str, str], Counter] = {}  # never removed: bounded by roles x answers
         # The labelled series of each probe, found with one dict lookup per attempt instead of
         # prometheus_client's label validation and locking; forget_probe drops them with the series.
         self._attempt_series: dict[tuple, _ProbeSeries] = {}
@@ -171,7 +172,11 @@ class ShimMetrics:
             del self._attempt_series[key]
 
     def observe_bridged(self, role: str, answer: str) -> None:
-        self._bridged.labels(role, answer).inc()
+        # A handful of (role, answer) series, each looked up once: labels() validates and locks at every call.
+        series = self._bridged_series.get((role, answer))
+        if series is None:
+            series = self._bridged_series[role, answer] = self._bridged.labels(role, answer)
+        series.inc()
 
     def set_workers(self, n: int) -> None:
         self._workers.set(n)

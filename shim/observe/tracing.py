@@ -106,6 +106,12 @@ class AttemptTracer:
             attributes=attempt_attributes(attempt, labels, kind=kind),
             start_time=start,
         )
+        if not span.is_recording():
+            # Not sampled (an unsampled caller's traceparent, a ratio or always_off sampler): the SDK drops it, and
+            # its phases' spans with it (each built-in sampler decides a child as its parent: by the parent's flag
+            # or by the same trace id), so they are not built. Only the ids are kept, as for a recorded span.
+            ids = span.get_span_context()
+            return format_trace_id(ids.trace_id), format_span_id(ids.span_id)
         if attempt.result in _FAILED:
             span.set_status(Status(StatusCode.ERROR, truncate(attempt.output)))
         inside = trace.set_span_in_context(span, Context())
@@ -119,9 +125,14 @@ class AttemptTracer:
     def _new_ids(self, traceparent: str | None, tracestate: str | None) -> tuple[str, str]:
         """The ids the SDK would give the attempt span: the caller's trace id if it sent a valid
         parent, else a new random one, and a new random span id."""
-        parent = trace.get_current_span(parent_context(traceparent, tracestate)).get_span_context()
-        trace_id = parent.trace_id if parent.is_valid else self._id_generator.generate_trace_id()
-        return format_trace_id(trace_id), format_span_id(self._id_generator.generate_span_id())
+        ids = self._id_generator
+        if traceparent:
+            parent = trace.get_current_span(parent_context(traceparent, tracestate)).get_span_context()
+            trace_id = parent.trace_id if parent.is_valid else ids.generate_trace_id()
+        else:  # no parent to read (the kubelet's calls, a worker's own attempts): a new trace
+            trace_id = ids.generate_trace_id()
+        # format_trace_id / format_span_id, inline: the daemon does this at every attempt.
+        return f"{trace_id:032x}", f"{ids.generate_span_id():016x}"
 
     def _record_phase(self, phase: spec_pb.Phase, parent: Context, attempt_start: int, budget: list[int]) -> None:
         if budget[0] <= 0:

@@ -43,13 +43,26 @@ from shim.workers.settings import WorkerSettings
 from shim.workers.zygote_handle import Zygote
 from shim.workers.zygote_pool import Adoption, ZygoteFactory, ZygotePool
 
-__all__ = ["SandboxTarget", "WorkerRejected", "WorkerSettings", "WorkerSupervisor", "WorkerUnavailable"]
+__all__ = ["SandboxTarget", "WorkerRejected", "WorkerSettings", "WorkerSupervisor", "WorkerUnavailable",
+           "checked_run_once"]
 
 log = logging.getLogger(__name__)
 
 # Worker states in which run_once stops waiting: it has a connection to use, or never will.
 _RUN_ONCE_READY = frozenset({service_pb.WORKER_RUNNING, service_pb.WORKER_FAILED, service_pb.WORKER_NONE})
 ADOPT_TIMEOUT_S = 10.0
+_NO_WORKER = service_pb.WorkerStatus()  # read-only
+
+
+def checked_run_once(reg: worker_pb.ProbeRegistration, *, max_tries: int = 0,
+                     lifecycle_hook: bool = False) -> worker_pb.RunOnce:
+    """The worker's RunOnce for one attempt, checked with the worker's own rules (refused here, without a round
+    trip, with WorkerRejected)."""
+    run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
+    errors = validate_run_once(run)
+    if errors:
+        raise WorkerRejected(errors)
+    return run
 
 
 class WorkerSupervisor:
@@ -166,10 +179,13 @@ class WorkerSupervisor:
         keep_warm keeps the sandbox in its worker after the attempt, even with no probe registered, until the
         sandbox stops: the kubelet bridge calls again every period, and attaching per call would cost more than
         the attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
-        run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
-        errors = validate_run_once(run)  # the worker's own rules: refused here without a round trip
-        if errors:
-            raise WorkerRejected(errors)
+        run = checked_run_once(reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
+        return await self.run_checked(target, run, timeout_s, keep_warm=keep_warm)
+
+    async def run_checked(self, target: SandboxTarget, run: worker_pb.RunOnce, timeout_s: float, *,
+                          keep_warm: bool = False) -> spec_pb.Attempt:
+        """run_once for a RunOnce that `checked_run_once` made: a caller that sends the same request every period
+        (the kubelet bridge) checks it once and keeps it. `run` is sent as it is (its sandbox_id set here)."""
         run.probe.sandbox_id = target.sandbox_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -223,6 +239,12 @@ class WorkerSupervisor:
             if not as_reported:
                 status.group_sandboxes = len(member.group.members)
         return status
+
+    def reported_status(self, sandbox_id: str) -> service_pb.WorkerStatus:
+        """`status(sandbox_id, as_reported=True)` without the copy, for a caller that copies it anyway (a bridged
+        row). Read-only: a member's status is replaced at each report, never changed in place."""
+        member = self._members.get(sandbox_id)
+        return member.status if member is not None else _NO_WORKER
 
     def keep_warm(self, target: SandboxTarget) -> None:
         """Keeps the sandbox in a worker with no probe registered, until it stops (the kubelet bridge's)."""
