@@ -108,6 +108,10 @@ class BadMessage(Exception):
     pass
 
 
+class InvalidMetadata(ValueError):
+    """Metadata a handler gave that gRPC cannot carry: grpc core fails the call with INTERNAL "Invalid metadata"."""
+
+
 class MessageReader:
     """Length-prefixed messages out of a stream's DATA, in order."""
 
@@ -148,11 +152,13 @@ class MessageReader:
             raise BadMessage("a compressed message without grpc-encoding")
         inflater = zlib.decompressobj(self._inflate_bits)
         try:
-            data = inflater.decompress(payload, self._limit + 1)
+            data = inflater.decompress(payload, self._limit + 1)  # bounded: a small message may inflate to GiBs
         except zlib.error as error:
             raise BadMessage(f"cannot decompress the message: {error}") from None
         if len(data) > self._limit:
             raise MessageTooLarge(f"Received message larger than max (over {self._limit} when decompressed)")
+        if not inflater.eof:  # all input consumed under the bound, and still no end: a truncated stream
+            raise BadMessage("cannot decompress the message: truncated")
         return data
 
 
@@ -186,33 +192,59 @@ RESPONSE_START = b"\x88" + b"\x0f\x10" + _integer(len(GRPC_CONTENT_TYPE), 7) + G
 _STATUS_OK = _literal(b"grpc-status", b"0")
 
 
+# grpc core's rules (src/core/lib/surface/validate_metadata.cc): keys of lower-case letters, digits, "-_."; text
+# values of printable ASCII. Upper-case keys are lower-cased (grpcio refuses them; HTTP/2 requires lower case).
+_KEY_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_TEXT_BYTES = frozenset(range(0x20, 0x7F))
+
+
 def metadata_block(metadata) -> bytes:
+    """Raises InvalidMetadata for a key or text value grpc core refuses."""
     parts = []
     for key, value in metadata or ():
-        name = key.lower().encode("ascii")
-        if isinstance(value, bytes | bytearray) or name.endswith(b"-bin"):
+        name = _ascii(key).lower()
+        if not name or not _KEY_BYTES.issuperset(name):
+            raise InvalidMetadata(f"metadata key {key!r}")
+        if name.endswith(b"-bin"):
             raw = value if isinstance(value, bytes | bytearray) else value.encode()
             value_bytes = base64.b64encode(raw).rstrip(b"=")
-        else:
-            value_bytes = value.encode("latin-1")
+        else:  # bytes go as they are (grpcio sends them unencoded), text as ASCII
+            value_bytes = _ascii(value)
+            if not _TEXT_BYTES.issuperset(value_bytes):
+                raise InvalidMetadata(f"metadata value of {key!r}")
         parts.append(_literal(name, value_bytes))
     return b"".join(parts)
 
 
+def _ascii(text: str | bytes) -> bytes:
+    if isinstance(text, bytes | bytearray):
+        return bytes(text)
+    try:
+        return text.encode("ascii")
+    except UnicodeEncodeError:
+        raise InvalidMetadata(f"not ASCII: {text!r}") from None
+
+
 def response_headers(initial_metadata=()) -> bytes:
+    """Raises InvalidMetadata as metadata_block does."""
     return RESPONSE_START + metadata_block(initial_metadata) if initial_metadata else RESPONSE_START
 
 
 def trailers(code: grpc.StatusCode, details: str = "", trailing_metadata=(), *, trailers_only: bool = False,
              http_status: bytes = b"200") -> bytes:
-    """The closing header block; with `trailers_only` it also starts the response (no headers were sent)."""
+    """The closing header block; with `trailers_only` it also starts the response (no headers were sent).
+    Trailing metadata that cannot be sent turns the status into INTERNAL "Invalid metadata", as in grpc core."""
+    try:
+        metadata = metadata_block(trailing_metadata)
+    except InvalidMetadata:  # grpc core's answer when a handler's trailing metadata cannot be sent
+        code, details, metadata = grpc.StatusCode.INTERNAL, "Invalid metadata", b""
     if code is grpc.StatusCode.OK and not details:
         block = _STATUS_OK
     else:
         block = _literal(b"grpc-status", str(code.value[0]).encode())
         if details:
             block += _literal(b"grpc-message", percent_encoded(details))
-    block += metadata_block(trailing_metadata)
+    block += metadata
     if not trailers_only:
         return block
     if http_status != b"200":
