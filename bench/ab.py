@@ -10,7 +10,8 @@ ratio after/before, and the verdicts. When the after run measured another checko
 fairer comparison of CPU per probe, as both shims met the same machine at the same moments.
 
 The code before issue 22 is commit 7b56778 (the last before the issue's changes). Both runs use THIS checkout's
-benchmark, so that both have the same scenarios and rows; only the shim's code differs:
+benchmark, so that both have the same scenarios and rows; only the shim's code differs. bench/ab_full.sh does
+all of it (`bench/ab_full.sh 7b56778`); by hand:
 
     git worktree add ../before-22 7b56778       # beside main: ../shared/kubelet is found from there
     rm -rf ../before-22/bench && cp -a bench ../before-22/bench

@@ -113,13 +113,14 @@ def containerd_scenarios(mode: Mode, scenarios: dict, wanted: Callable[[str], bo
                                                                                 reason))
         return
     sweep_stale_sessions()
-    log(f"containerd: starting ({CONTAINERD_PODS} pod sandboxes, a busybox httpd container in each, "
-        f"{proxy_overhead.LIST_CONTAINERS} containers in all, an HTTP server in the first pod)")
     runs = {"exec": lambda rig: exec_compare.with_containerd(rig, mode.exec_count, mode.exec_warmup),
             "bridge_load": lambda rig: bridge_load.with_containerd(rig, mode.bridge_load),
             "proxy": lambda rig: proxy_overhead.with_containerd(rig, mode.proxy_count, mode.proxy_warmup)}
     fillers = proxy_overhead.rig_fillers(CONTAINERD_PODS) if "proxy" in names else {}
     beside = {"before": before_code} if before_code is not None and "bridge_load" in names else {}
+    log(f"containerd: starting ({CONTAINERD_PODS} pod sandboxes, a busybox httpd container in each, "
+        f"{CONTAINERD_PODS + fillers.get('filler_containers', 0)} containers in all, an HTTP server in the first pod"
+        + (f"; a shim of {before_code} beside this one" if beside else "") + ")")
     try:
         with ContainerdRig(pod_count=CONTAINERD_PODS, shim_roots=beside, **fillers) as rig:
             for name in names:

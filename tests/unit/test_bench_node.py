@@ -72,6 +72,17 @@ def test_rows_show_issue_22s_targets():
     cheap = {r.figure: r for r in node_report.rows(measured(bridged_node=60.0, daemon=18.0, workers=12.0))}
     assert cheap["node: node CPU per bridged probe vs the kubelet's own httpGet"].status == report.MET
     assert cheap["node: the shim's CPU per bridged probe"].status == report.MET
+    assert ratio.note.startswith("moonshot 1.0x NOT met")
+    assert cheap["node: node CPU per bridged probe vs the kubelet's own httpGet"].note.startswith("moonshot 1.0x met")
+    native = rows["node: node CPU per probe of the kubelet's own httpGet (the reference, same run)"]
+    assert (native.measured, native.status, native.note) == ("1.07 ms", report.INFO, "kubelet 0.00 ms; 30 probes/s")
+
+
+def test_a_native_probe_cheaper_than_no_probe_gives_no_ratio():
+    rows = {r.figure: r for r in node_report.rows(measured(native_node=25.0))}  # busier without probes: noise
+    ratio = rows["node: node CPU per bridged probe vs the kubelet's own httpGet"]
+    assert (ratio.measured, ratio.status) == ("no ratio", report.INFO)
+    assert ratio.note.startswith("bridged 3.33 vs -0.17 ms: the kubelet's own probe measured no cost above no probes")
 
 
 def test_a_flip_or_a_restart_fails_the_health_row():
