@@ -5,7 +5,7 @@ The grammar itself (the marker, the roles, the JSON and flag forms, how `probect
 how it is read and validated) is the contract's, probe_api/bridge_command.py: `probectl convert` writes what this
 reads, and neither imports the other. What only the daemon adds lives here:
 - `marker_exec`: which CRI ExecSync requests are the marker's, decided from the serialized bytes the CRI proxy
-  holds, without decoding every exec;
+  holds, without decoding every exec; `MarkerExecs` decodes each request's bytes once (the kubelet resends them);
 - `parse_command` with the `host` gate of RunProbe (shim/api/request_rules.py: a host outside the pod is refused
   unless the config sets allow_host_field) and the bound on how much error text one answer carries.
 """
@@ -37,6 +37,30 @@ def marker_exec(request: bytes) -> cri_pb.ExecSyncRequest | None:
     except DecodeError:
         return None
     return decoded if is_marker(decoded.cmd) else None
+
+
+class MarkerExecs:
+    """`marker_exec` for the CRI proxy's every ExecSync, remembering the marker requests it decoded.
+
+    The kubelet sends a handler's very same bytes at every period, so each is decoded once. A decoded request is
+    shared by every call that sent those bytes: read-only. Bounded: a full memory is emptied (the bytes of a
+    node's handlers, a few hundred, come back at their next period)."""
+
+    def __init__(self, max_kept: int = 4096) -> None:
+        self._max = max_kept
+        self._decoded: dict[bytes, cri_pb.ExecSyncRequest] = {}
+
+    def claim(self, request: bytes) -> cri_pb.ExecSyncRequest | None:
+        if _MARKER_BYTES not in request:  # every ordinary exec: neither decoded nor hashed
+            return None
+        decoded = self._decoded.get(request)
+        if decoded is None:
+            decoded = marker_exec(request)
+            if decoded is not None:
+                if len(self._decoded) >= self._max:
+                    self._decoded.clear()
+                self._decoded[request] = decoded
+        return decoded
 
 
 def parse_command(cmd: Sequence[str], *, ports: Sequence[spec_pb.ContainerPort], timeout_ms: int,

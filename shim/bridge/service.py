@@ -30,7 +30,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.bridge_command import HOOK_ROLES, ROLES, BadArguments
 from shim.bridge import answer
-from shim.bridge.command import marker_exec, parse_command
+from shim.bridge.command import MarkerExecs, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.bridge.handlers import Handler, Handlers, handler_key
 from shim.sandboxes.directory import SandboxDirectory
@@ -63,10 +63,11 @@ class KubeletBridge:
         self._allow_host = allow_host_field
         self._hook_timeout_ms = int(hook_timeout_s * 1000)
         self._handlers = Handlers()  # what each handler's command gives, kept between the kubelet's calls
+        self._marker_execs = MarkerExecs()
 
     def claim(self, request: bytes) -> cri_pb.ExecSyncRequest | None:
         """For the CRI proxy: the ExecSync requests this bridge answers (the marker's), decoded."""
-        return marker_exec(request)
+        return self._marker_execs.claim(request)
 
     async def exec_sync(self, request: cri_pb.ExecSyncRequest, traceparent: str | None = None) -> answer.Answer:
         role = request.cmd[1] if len(request.cmd) > 1 else ""

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.bridge_command import command_for, is_marker
-from shim.bridge.command import marker_exec
+from shim.bridge.command import MarkerExecs, marker_exec
 from tests.support.bridge_commands import M
 
 
@@ -58,3 +58,28 @@ def test_marker_exec_answers_exactly_when_cmd0_is_the_marker(cmd, container_id, 
     else:
         assert decoded is None
     assert is_marker(cmd) == (decoded is not None)
+
+
+# --- MarkerExecs: the same bytes, decoded once ------------------------------------------------------------------
+
+def test_the_same_marker_bytes_give_the_same_decoded_request_and_others_their_own():
+    execs = MarkerExecs()
+    readiness = exec_request(command_for("readiness", {"tcpSocket": {"port": 80}}), "abc", 3)
+    liveness = exec_request(command_for("liveness", {"tcpSocket": {"port": 80}}), "abc", 3)
+    first = execs.claim(readiness)
+    assert first == marker_exec(readiness) and execs.claim(readiness) is first
+    assert execs.claim(liveness) == marker_exec(liveness) != first
+
+
+@pytest.mark.parametrize("request_bytes", [exec_request(["cat", "/tmp/healthy"]), M.encode() + b"\xff\xff\xff",
+                                           exec_request([" " + M, "readiness", "--tcp", "80"])],
+                         ids=["ordinary", "undecodable", "blank"])
+def test_what_is_not_a_marker_exec_is_not_claimed_however_often(request_bytes):
+    execs = MarkerExecs()
+    assert [execs.claim(request_bytes) for _ in range(2)] == [None, None]
+
+
+def test_a_full_memory_starts_again_and_still_decodes():
+    execs = MarkerExecs(max_kept=2)
+    requests = [exec_request([M, "readiness", "--tcp", str(port)]) for port in (80, 81, 82)]
+    assert [execs.claim(r).cmd[-1] for r in requests + requests] == ["80", "81", "82"] * 2
