@@ -119,9 +119,9 @@ class ShimMetrics:
             ("role", "answer"), registry=self.registry,
         )
         self._bridged_series: dict[tuple[str, str], Counter] = {}  # never removed: bounded by roles x answers
-        # The labelled series of each probe, found with one dict lookup per attempt instead of
+        # The labelled series of each probe and result, found with one dict lookup per attempt instead of
         # prometheus_client's label validation and locking; forget_probe drops them with the series.
-        self._attempt_series: dict[tuple, _ProbeSeries] = {}
+        self._attempt_series: dict[tuple[ProbeLabels, int], _ProbeSeries] = {}
         # What is exposed: the same metrics without prometheus_client's *_created
         # series, which the kubelet (Go client, text format) does not emit.
         self._exposed = CollectorRegistry()
@@ -131,11 +131,12 @@ class ShimMetrics:
         self, labels: ProbeLabels, result: int, duration_s: float, *, late: bool = False, ticks_missed: int = 0,
     ) -> None:
         """One attempt: its result and duration, whether it started late, the ticks dropped before it."""
-        key = (probe_type_label(labels.probe_type), RESULT_LABELS.get(result, "unknown"), labels.container_name,
-               labels.pod_name, labels.pod_namespace, labels.pod_uid)
-        series = self._attempt_series.get(key)
+        # Keyed by the labels value itself (the results manager keeps one per probe): no label strings per attempt.
+        series = self._attempt_series.get((labels, result))
         if series is None:
-            series = self._attempt_series[key] = self._series_for(*key)
+            series = self._attempt_series[labels, result] = self._series_for(
+                probe_type_label(labels.probe_type), RESULT_LABELS.get(result, "unknown"), labels.container_name,
+                labels.pod_name, labels.pod_namespace, labels.pod_uid)
         series.total.inc()
         if series.duration is not None:
             series.duration.observe(max(duration_s, 0.0))
@@ -168,7 +169,7 @@ class ShimMetrics:
         # These have no pod_uid label: a namesake pod's probe (a recreated StatefulSet pod)
         # shared the series just removed, and must not keep observing into the removed objects.
         histogram_key = (type_label, container, pod, namespace)
-        for key in [k for k in self._attempt_series if (k[0], *k[2:5]) == histogram_key]:
+        for key in [k for k in self._attempt_series if _histogram_key(k[0]) == histogram_key]:
             del self._attempt_series[key]
 
     def observe_bridged(self, role: str, answer: str) -> None:
@@ -221,6 +222,11 @@ class ShimMetrics:
 
 def probe_type_label(probe_type: int) -> str:
     return PROBE_TYPE_LABELS.get(probe_type, "UNKNOWN")
+
+
+def _histogram_key(labels: ProbeLabels) -> tuple[str, str, str, str]:
+    """The label values of a probe's per-probe series (prober_probe_duration_seconds's)."""
+    return probe_type_label(labels.probe_type), labels.container_name, labels.pod_name, labels.pod_namespace
 
 
 class _WithoutCreated:

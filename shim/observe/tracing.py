@@ -131,8 +131,9 @@ class AttemptTracer:
             trace_id = parent.trace_id if parent.is_valid else ids.generate_trace_id()
         else:  # no parent to read (the kubelet's calls, a worker's own attempts): a new trace
             trace_id = ids.generate_trace_id()
-        # format_trace_id / format_span_id, inline: the daemon does this at every attempt.
-        return f"{trace_id:032x}", f"{ids.generate_span_id():016x}"
+        # format_trace_id / format_span_id's text (lowercase hex, zero-padded), at half their cost: the daemon
+        # does this at every attempt.
+        return trace_id.to_bytes(16, "big").hex(), ids.generate_span_id().to_bytes(8, "big").hex()
 
     def _record_phase(self, phase: spec_pb.Phase, parent: Context, attempt_start: int, budget: list[int]) -> None:
         if budget[0] <= 0:

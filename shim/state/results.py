@@ -30,6 +30,9 @@ from probe_api.attempts import count_attempt
 from probe_api.defaults import is_late
 from probe_api.status import WORKER_OWNED, copy_status, status_copy
 from shim.sandboxes.directory import SandboxDirectory
+from shim.sandboxes.resolver import SandboxInfo
+
+MAX_KEPT_LABELS = 65536  # probes: far above a node's (a few hundred sandboxes x a few probes)
 
 
 class ProbeLabels(NamedTuple):
@@ -55,6 +58,8 @@ class ResultsManager:
         self._traceparents: dict[str, str] = {}
         self._restarts_seen: dict[str, int] = {}
         self._running: dict[str, int] = {}  # sandbox -> pid of the worker serving it, for probe_shim_workers
+        # probe id -> (row revision, sandbox identity, labels): _board_labels'
+        self._labels: dict[str, tuple[int, SandboxInfo | None, ProbeLabels]] = {}
 
     # --- who is who (from the registry) ----------------------------------------------------------------------
 
@@ -73,9 +78,25 @@ class ResultsManager:
             pod_namespace=info.namespace if info else "", pod_uid=info.uid if info else "",
         )
 
+    def _board_labels(self, probe: service_pb.Probe) -> ProbeLabels:
+        """`labels` of a probe on the board, at every attempt: remembered per probe. What they are made of changes
+        only with a new revision of the row (a put or update; an attempt makes none) or a new identity of its
+        sandbox (`note` of another resolution), and either makes them again."""
+        identity = self._sandboxes.identity(probe.pod_sandbox_id)
+        revision = probe.revision
+        kept = self._labels.get(probe.probe_id)
+        if kept is not None and kept[0] == revision and kept[1] is identity:
+            return kept[2]
+        labels = self.labels(probe)
+        if len(self._labels) >= MAX_KEPT_LABELS:  # only if rows left without probe_removed: start again
+            self._labels.clear()
+        self._labels[probe.probe_id] = (revision, identity, labels)
+        return labels
+
     def probe_removed(self, probe: service_pb.Probe) -> None:
         """A probe left the board: its series go, as the kubelet's worker drops them when it stops."""
         self._traceparents.pop(probe.probe_id, None)
+        self._labels.pop(probe.probe_id, None)
         self._metrics.forget_probe(self.labels(probe))
 
     # --- the supervisor's sink ------------------------------------------------------------------------------
@@ -159,7 +180,7 @@ class ResultsManager:
         probe = self._board.peek(report.probe_id)  # read-only; record_attempt below changes it
         if probe is None:
             return  # removed while the attempt was in flight
-        labels = self.labels(probe)
+        labels = self._board_labels(probe)
         attempt = report.attempt
         trace_id, span_id = self._tracer.record(
             attempt, labels, spec=probe.spec, traceparent=self._traceparents.get(probe.probe_id))

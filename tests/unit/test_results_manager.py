@@ -102,6 +102,22 @@ def test_a_removed_probe_takes_its_series_and_trace_parent_along():
     assert board.get("p1").status.last_trace_id != "0af7651916cd43dd8448eb211c80319c", "the removed probe's parent stayed"
 
 
+def test_attempts_carry_the_rows_labels_as_they_are_now():
+    board, metrics, sandboxes = StatusBoard(), ShimMetrics(), SandboxDirectory(source=None)
+    sandboxes.note(SANDBOX)
+    results = ResultsManager(board=board, tracer=AttemptTracer("none"), metrics=metrics, sandboxes=sandboxes)
+    board.put(service_pb.Probe(probe_id="p1", pod_sandbox_id="sb-1", container_name="web", type=spec_pb.READINESS))
+    results.on_event("sb-1", attempt_event())
+    board.update("p1", lambda p: setattr(p, "container_name", "api"))  # a new revision of the row
+    results.on_event("sb-1", attempt_event())
+    sandboxes.note(SandboxInfo(id="sb-1", netns_path="/var/run/netns/x", name="web-1", namespace="shop",
+                                        uid="uid-2"))  # the sandbox's identity, as resolved anew
+    results.on_event("sb-1", attempt_event())
+    counts = [sample(metrics, "prober_probe_total", container=c, pod=p, pod_uid=u, result="successful")
+              for c, p, u in (("web", "web-0", "uid-1"), ("api", "web-0", "uid-1"), ("api", "web-1", "uid-2"))]
+    assert counts == [1, 1, 1]
+
+
 def test_a_bridged_handler_is_put_once_then_only_gets_attempts():
     results, board, metrics = rig()
     row = service_pb.Probe(probe_id="b1", pod_sandbox_id="sb-1", container_name="web", type=spec_pb.LIVENESS,
