@@ -413,6 +413,11 @@ class ServerConnection:
     def open_streams(self) -> int:
         return len(self._streams)
 
+    @property
+    def sending(self) -> bool:
+        """A stream still has DATA or its trailers waiting for the client's windows: closing now would cut them."""
+        return any(stream.pending or stream.trailers is not None for stream in self._streams.values())
+
     # --- internals -----------------------------------------------------------------------------------------------
 
     def _end(self, code: int, reason: str) -> ConnectionEnded:

@@ -286,6 +286,28 @@ def test_response_over_the_client_window_waits_for_window_update_and_trailers_co
     assert connected.server.backlog(stream_id) == 0 and not connected.server.is_open(stream_id)
 
 
+def test_sending_while_data_or_trailers_wait_for_a_window(pair):
+    stream_id = pair.open(end_stream=True)
+    pair.server.send_headers(stream_id, RESPONSE)
+    pair.server.send_data(stream_id, b"p" * 70_000)
+    assert pair.server.sending
+    pair.server.send_headers(stream_id, TRAILERS, end_stream=True)
+    pair.pump()
+    assert pair.server.sending and not pair.take_client(h2.events.TrailersReceived)
+    pair.client.increment_flow_control_window(4_464)
+    pair.client.increment_flow_control_window(4_464, stream_id)
+    pair.pump()
+    assert pair.server.backlog(stream_id) == 1 and pair.server.sending  # one byte and the trailers wait
+    pair.client.increment_flow_control_window(1)
+    pair.client.increment_flow_control_window(1, stream_id)
+    pair.pump()
+    assert not pair.server.sending and pair.take_client(h2.events.TrailersReceived)
+    stream_id = pair.open(end_stream=True)
+    pair.server.send_headers(stream_id, RESPONSE)
+    pair.server.send_data(stream_id, b"p")  # the connection's window is spent
+    assert pair.server.sending
+
+
 def test_data_is_split_at_the_peer_max_frame_size():
     connected = Pair(client_settings={h2.settings.SettingCodes.MAX_FRAME_SIZE: 20_000,
                                       h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
