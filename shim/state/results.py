@@ -213,10 +213,6 @@ class ResultsManager:
 
         `row` is the handler's identity and spec; the row is put (a revision, UPDATED) when it is new or its spec
         changed, and otherwise only gets the attempt, like any probe's attempt."""
-        labels = self.labels(row)
-        trace_id, span_id = self._tracer.record(attempt, labels, spec=row.spec, traceparent=traceparent)
-        if counts_as_probe:
-            self._metrics.observe_attempt(labels, attempt.result, attempt.duration_ns / 1e9)
         current = self._board.peek(row.probe_id)
         if current is None or current.spec != row.spec:
             fresh = service_pb.Probe()
@@ -225,6 +221,12 @@ class ResultsManager:
                 fresh.created_at = current.created_at
                 fresh.status.totals.CopyFrom(current.status.totals)
             self._board.put(fresh)
+            current = self._board.peek(row.probe_id)
+        # The board's row has the same identity fields as `row` (a handler's are fixed): its labels are kept.
+        labels = self._board_labels(current)
+        trace_id, span_id = self._tracer.record(attempt, labels, spec=row.spec, traceparent=traceparent)
+        if counts_as_probe:
+            self._metrics.observe_attempt(labels, attempt.result, attempt.duration_ns / 1e9)
         self._board.record_attempt(row.probe_id, _bridged_apply(attempt, trace_id, span_id,
                                                                 row.bridged.last_exec_at, worker))
 
