@@ -31,10 +31,10 @@ from bench.children import start_server, stop_server  # noqa: E402
 
 
 async def serve_proxy(listen: str, upstream_endpoint: str) -> None:
-    from shim.cri.proxy import cri_proxy_handler, upstream_channel
+    from shim.cri.proxy import cri_proxy_handler, forwarding_channel
     from shim.grpc_server.server import Server
 
-    upstream = upstream_channel(upstream_endpoint)
+    upstream = forwarding_channel(upstream_endpoint)
     server = Server()  # the daemon's
     server.add_generic_rpc_handlers((cri_proxy_handler(upstream),))
     server.add_insecure_port(f"unix:{listen}")

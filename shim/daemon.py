@@ -34,7 +34,7 @@ from shim.api.service import ProbeServicer
 from shim.bridge.containers import CriContainers
 from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
-from shim.cri.proxy import cri_proxy_handler, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, forwarding_channel, upstream_channel
 from shim.grpc_server.server import Server
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
@@ -177,7 +177,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             bridge.forget_sandbox(sandbox_id)
             await registry.sandbox_event(kind, sandbox_id)
 
-        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, on_sandbox_event, exec_bridge=bridge)])
+        forwarding = forwarding_channel(config.runtime_endpoint)  # the proxy's: bytes, no grpcio on the hot path
+        server.add_generic_rpc_handlers([cri_proxy_handler(forwarding, on_sandbox_event, exec_bridge=bridge)])
 
     metrics_server = None
     tasks: list[asyncio.Task] = []
@@ -227,6 +228,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             await metrics_server.wait_closed()
         if upstream is not None:
             await upstream.close()
+            await forwarding.close()
         await asyncio.to_thread(tracer.shutdown)  # a dead collector may take seconds
         store.close()
         with contextlib.suppress(FileNotFoundError):

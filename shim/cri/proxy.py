@@ -11,7 +11,9 @@ socket look like the runtime's own for every CRI method:
   the kubelet bridge's marker is answered by the daemon (`exec_bridge`, which claims it) instead of being
   forwarded. Every other ExecSync is forwarded as bytes, after a substring test that costs well under a
   microsecond;
-- the upstream channel (`upstream_channel`) built from a kubelet/crictl style endpoint (probe_api.endpoints).
+- the forwarding channel (`forwarding_channel`: the daemon's own gRPC client, shim/grpc_server/client.py, one
+  HTTP/2 connection) and the channel of the daemon's own typed calls to the runtime (`upstream_channel`, grpcio),
+  both built from a kubelet/crictl style endpoint (probe_api.endpoints).
 
 Any other path (ProbeService, health, reflection) is left to the other handlers of the same server.
 """
@@ -30,6 +32,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
 from shim.bridge.answer import Answer, Forward, StatusAnswer
+from shim.grpc_server.client import CallError, Channel
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +175,18 @@ def channel_options(user_agent: str = DEFAULT_USER_AGENT) -> tuple[tuple[str, in
 
 
 def upstream_channel(endpoint: str, *, user_agent: str = DEFAULT_USER_AGENT) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to the runtime. Create it inside the event loop that will use it."""
+    """An insecure grpc.aio channel to the runtime, for the daemon's own typed calls (sandboxes, containers).
+    Create it inside the event loop that will use it."""
     return grpc.aio.insecure_channel(upstream_target(endpoint), options=channel_options(user_agent))
 
 
+def forwarding_channel(endpoint: str) -> Channel:
+    """The channel the proxy forwards calls on (bytes, one HTTP/2 connection; the kubelet's reconnect backoff)."""
+    return Channel(upstream_target(endpoint))
+
+
 def cri_proxy_handler(
-    upstream: grpc.aio.Channel,
+    upstream: Channel,
     on_sandbox_event: SandboxEventCallback | None = None,
     *,
     exec_bridge: ExecBridge | None = None,
@@ -199,7 +208,7 @@ def cri_proxy_handler(
 
 
 class _CriProxyHandler(grpc.GenericRpcHandler):
-    def __init__(self, upstream: grpc.aio.Channel, on_sandbox_event: SandboxEventCallback | None,
+    def __init__(self, upstream: Channel, on_sandbox_event: SandboxEventCallback | None,
                  exec_bridge: ExecBridge | None, event_budget_s: float) -> None:
         self._upstream = upstream
         self._on_sandbox_event = on_sandbox_event
@@ -225,7 +234,7 @@ class _CriProxyHandler(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(self._unary_forwarder(path))
 
     def _unary_forwarder(self, path: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-        upstream_method = self._upstream.unary_unary(path)  # no serializers: bytes in, bytes out
+        upstream = self._upstream
         observe = path in SANDBOX_EVENT_METHODS and self._on_sandbox_event is not None
         bridge = self._exec_bridge if path == EXEC_SYNC_PATH else None
 
@@ -236,56 +245,49 @@ class _CriProxyHandler(grpc.GenericRpcHandler):
                 answered = await _answer_bridged(bridge, claimed, context)
                 if answered is not None:
                     return answered
-            call = upstream_method(
-                request,
-                metadata=forwardable_metadata(context.invocation_metadata()),
-                timeout=context.time_remaining(),
-            )
             try:
-                response = await call
-                initial = await call.initial_metadata()
-                trailing = await call.trailing_metadata()
-            except grpc.aio.AioRpcError as error:
+                # A cancelled caller (or its deadline) cancels this handler, and unary() the upstream call with it.
+                initial, response, trailing = await upstream.unary(
+                    path, request, forwardable_metadata(context.invocation_metadata()), context.time_remaining())
+            except CallError as error:
                 await _relay_error(context, error)
-            except asyncio.CancelledError:
-                # The caller cancelled (or its deadline passed): grpc cancels this handler; cancel upstream too.
-                call.cancel()
-                raise
             except Exception as error:  # noqa: BLE001 - must become a status, not a crash
                 await _relay_local_failure(context, path, error)
             if initial:
-                await context.send_initial_metadata(tuple(initial))
-            context.set_trailing_metadata(tuple(trailing or ()))
+                await context.send_initial_metadata(initial)
+            context.set_trailing_metadata(trailing)
             return response
 
         return forward
 
     def _stream_forwarder(self, path: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[None]]:
-        upstream_method = self._upstream.unary_stream(path)
+        upstream = self._upstream
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> None:
-            call = upstream_method(
-                request,
-                metadata=forwardable_metadata(context.invocation_metadata()),
-                timeout=context.time_remaining(),
-            )
+            call = None
+            initial_sent = False
             try:
+                call = await upstream.stream(
+                    path, request, forwardable_metadata(context.invocation_metadata()), context.time_remaining())
                 # Headers precede the first message upstream; relaying them first keeps that order for the caller.
                 initial = await call.initial_metadata()
                 if initial:
-                    await context.send_initial_metadata(tuple(initial))
-                while (message := await call.read()) is not grpc.aio.EOF:
+                    await context.send_initial_metadata(initial)
+                    initial_sent = True
+                while (message := await call.read()) is not None:
                     await context.write(message)
                 trailing = await call.trailing_metadata()
-            except grpc.aio.AioRpcError as error:
-                await _relay_error(context, error, initial_sent=True)
+            except CallError as error:
+                await _relay_error(context, error, initial_sent=initial_sent)
             except asyncio.CancelledError:
-                call.cancel()
+                if call is not None:
+                    call.cancel()
                 raise
             except Exception as error:  # noqa: BLE001
-                call.cancel()
+                if call is not None:
+                    call.cancel()
                 await _relay_local_failure(context, path, error)
-            context.set_trailing_metadata(tuple(trailing or ()))
+            context.set_trailing_metadata(trailing)
 
         return forward
 
@@ -327,14 +329,12 @@ async def _run_callback(callback: SandboxEventCallback, event: str, sandbox_id: 
         log.exception("sandbox %s callback failed for %s", event, sandbox_id)
 
 
-async def _relay_error(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError, *,
+async def _relay_error(context: grpc.aio.ServicerContext, error: CallError, *,
                        initial_sent: bool = False) -> NoReturn:
     """Ends the call with the upstream's status, details and trailing metadata, exactly."""
-    if not initial_sent:
-        initial = error.initial_metadata()
-        if initial:
-            await context.send_initial_metadata(tuple(initial))
-    await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
+    if not initial_sent and error.initial_metadata:
+        await context.send_initial_metadata(error.initial_metadata)
+    await context.abort(error.code, error.details, error.trailing_metadata)
     raise AssertionError("unreachable: abort raises")
 
 

@@ -259,3 +259,46 @@ def percent_encoded(text: str) -> bytes:
     if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
         return raw
     return b"".join(bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte for byte in raw)
+
+
+# --- the client's half (client.py): what a response's header blocks carry -------------------------------------------
+
+literal = _literal
+
+
+def response_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
+    """A response's metadata as grpc's clients hand it over: no pseudo-headers or transport headers, -bin decoded."""
+    metadata: list[tuple[str, str | bytes]] = []
+    for name, value in headers:
+        if name[:1] == b":" or name in TRANSPORT_HEADERS:
+            continue
+        key = name.decode("latin-1")
+        if key.endswith("-bin"):
+            try:
+                metadata.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            except (binascii.Error, ValueError):
+                continue  # grpc's clients drop what they cannot decode
+        else:
+            metadata.append((key, value.decode("latin-1")))
+    return tuple(metadata)
+
+
+def percent_decoded(raw: bytes) -> str:
+    """grpc-message back to text: %XX sequences to bytes, then UTF-8 (invalid sequences kept, as grpc does)."""
+    if b"%" not in raw:
+        return raw.decode("utf-8", "replace")
+    out = bytearray()
+    index = 0
+    while index < len(raw):
+        byte = raw[index]
+        if byte == 0x25 and _is_hex(raw[index + 1:index + 3]):
+            out.append(int(raw[index + 1:index + 3], 16))
+            index += 3
+        else:
+            out.append(byte)
+            index += 1
+    return out.decode("utf-8", "replace")
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)

@@ -112,6 +112,7 @@ class ConnectionEnded:
     error_code: int
     reason: str
     by_peer: bool
+    last_stream_id: int = 0  # of a GOAWAY received: the peer's last stream served; later ones never were
 
 
 Event = StreamOpened | DataReceived | StreamEnded | StreamReset | ConnectionEnded
@@ -121,12 +122,13 @@ Event = StreamOpened | DataReceived | StreamEnded | StreamReset | ConnectionEnde
 
 
 class _Stream:
-    __slots__ = ("send_window", "pending", "trailers", "remote_open", "local_open", "unacked")
+    __slots__ = ("send_window", "pending", "trailers", "end_with_data", "remote_open", "local_open", "unacked")
 
     def __init__(self, send_window: int) -> None:
         self.send_window = send_window
         self.pending: deque[bytes] = deque()  # DATA payload waiting for a window
         self.trailers: bytes | None = None  # a closing header block to send once `pending` is out
+        self.end_with_data = False  # or: an empty DATA frame with END_STREAM once `pending` is out (a client's)
         self.remote_open = True
         self.local_open = True
         self.unacked = 0  # received bytes not yet given back to the client's stream window
@@ -238,7 +240,7 @@ class ServerConnection:
             if stream_id != 0 or len(payload) < 8:
                 raise ConnectionError_(PROTOCOL_ERROR, "a malformed GOAWAY")
             ended = ConnectionEnded(_U32.unpack_from(payload, 4)[0], payload[8:].decode("utf-8", "replace"),
-                                    by_peer=True)
+                                    by_peer=True, last_stream_id=_U32.unpack_from(payload)[0] & 0x7FFFFFFF)
             if self.closed is None:
                 self.closed = ended
             events.append(ended)
@@ -465,15 +467,24 @@ class ServerConnection:
                 pending.popleft()
             stream.send_window -= len(chunk)
             self._send_window -= len(chunk)
+            if not pending and stream.end_with_data:  # a request's last DATA carries END_STREAM itself
+                stream.end_with_data = False
+                self._out.append(frame(DATA, END_STREAM, stream_id, chunk))
+                self._local_closed(stream_id, stream)
+                return
             self._out.append(frame(DATA, 0, stream_id, chunk))
         if stream.trailers is not None:
             block, stream.trailers = stream.trailers, None
             self._headers_frames(stream_id, block, True)
             self._local_closed(stream_id, stream)
+        elif stream.end_with_data:
+            stream.end_with_data = False
+            self._out.append(frame(DATA, END_STREAM, stream_id))
+            self._local_closed(stream_id, stream)
 
     def _flush_all(self) -> None:
         for stream_id, stream in list(self._streams.items()):
-            if stream.pending or stream.trailers is not None:
+            if stream.pending or stream.trailers is not None or stream.end_with_data:
                 self._flush(stream_id, stream)
             if self._send_window <= 0:
                 return

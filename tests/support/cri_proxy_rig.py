@@ -19,7 +19,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2_grpc
 
-from shim.cri.proxy import cri_proxy_handler, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, forwarding_channel
 from shim.grpc_server.server import Server
 from tests.support.fake_cri import FakeCri
 
@@ -98,7 +98,7 @@ async def proxied(sockdir: Path, *, on_event: Callable[[str, str], Awaitable[Non
             await on_event(event, sandbox_id)
 
     async with fake:
-        upstream = upstream_channel(upstream_endpoint or f"unix://{sockdir / 'cri.sock'}")
+        upstream = forwarding_channel(upstream_endpoint or f"unix://{sockdir / 'cri.sock'}")
         handler = cri_proxy_handler(upstream, record if record_events else None, **handler_kwargs)
         server = Server()
         server.add_generic_rpc_handlers((handler,))

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from shim.cri.proxy import cri_proxy_handler, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, forwarding_channel
 from tests.support.cri_proxy_rig import IMAGE, RUNTIME, bounded, proxied, rpc_error, run
 from tests.support.cri_proxy_rig import sockdir  # noqa: F401  (a fixture)
 from tests.support.fake_cri import FakeCri, Respond
@@ -40,7 +40,7 @@ def test_upstream_channel_endpoint_forms_connect(sockdir, form):
 def test_upstream_channel_over_tcp_loopback(sockdir):
     async def scenario():
         async with FakeCri("127.0.0.1:0") as fake:
-            upstream = upstream_channel(f"tcp://{fake.target}")
+            upstream = forwarding_channel(f"tcp://{fake.target}")
             server = grpc.aio.server()
             server.add_generic_rpc_handlers((cri_proxy_handler(upstream),))
             server.add_insecure_port(f"unix:{sockdir / 'proxy.sock'}")

@@ -1,0 +1,357 @@
+"""A gRPC client for bytes in, bytes out: how the CRI proxy forwards calls to the runtime without grpcio's client.
+
+Why: the proxy adds a server and a client leg to every CRI call it forwards; grpcio's client leg costs what its
+server did (a C core call, a completion queue polled by a thread of its own, the Cython glue waking the event
+loop), and the proxy's budget is 0.4 ms per call. Here a call is one write and the reads of its answer on the
+event loop's thread (h2_client.py, grpc_wire.py).
+
+`Channel(target)`: one HTTP/2 connection to the runtime at a time (unix:PATH or host:port, as
+probe_api.endpoints.upstream_target writes it), opened on the first call and again after it is lost or the runtime
+sent GOAWAY; while it cannot be opened, calls fail UNAVAILABLE at once and the next try waits as the kubelet's CRI
+client does (100 ms, doubling to 3 s). `unary()` and `stream()` carry metadata, a deadline (grpc-timeout, and a
+local timer that resets the stream) and cancellation (RST_STREAM), and end in the runtime's status, details and
+trailing metadata exactly, or in the status grpc's own clients give for a failure of the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+
+from probe_api.defaults import MAX_MESSAGE_BYTES
+from shim.grpc_server import grpc_wire
+from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
+from shim.grpc_server.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
+
+USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
+INITIAL_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 3.0
+CONNECT_TIMEOUT_S = 5.0
+# HTTP statuses that are not gRPC's answer, as grpc's clients map them (doc/http-grpc-status-mapping.md).
+HTTP_STATUS_CODES = {b"400": grpc.StatusCode.INTERNAL, b"401": grpc.StatusCode.UNAUTHENTICATED,
+                     b"403": grpc.StatusCode.PERMISSION_DENIED, b"404": grpc.StatusCode.UNIMPLEMENTED,
+                     b"429": grpc.StatusCode.UNAVAILABLE, b"502": grpc.StatusCode.UNAVAILABLE,
+                     b"503": grpc.StatusCode.UNAVAILABLE, b"504": grpc.StatusCode.UNAVAILABLE}
+CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class CallError(Exception):
+    """The call ended with a status other than OK (the runtime's, or the transport's)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, initial_metadata=(), trailing_metadata=()) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code, self.details = code, details
+        self.initial_metadata, self.trailing_metadata = tuple(initial_metadata), tuple(trailing_metadata)
+
+
+class Call:
+    """One call's answer as it arrives: initial metadata, messages, then the status."""
+
+    def __init__(self, connection: _Connection, stream_id: int, timeout_s: float | None) -> None:
+        self._connection = connection
+        self.stream_id = stream_id
+        loop = connection.loop
+        self._reader = grpc_wire.MessageReader(MAX_MESSAGE_BYTES)
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._headers: asyncio.Future[tuple] = loop.create_future()
+        self._status: asyncio.Future[None] = loop.create_future()
+        self._waiter: asyncio.Future[None] | None = None
+        self._trailing: tuple = ()
+        self._error: CallError | None = None
+        self._timer = None if timeout_s is None else loop.call_later(timeout_s, self._expire)
+
+    async def initial_metadata(self) -> tuple:
+        return await asyncio.shield(self._headers)
+
+    async def read(self) -> bytes | None:
+        """The next message; None after the last one of a call that ended OK (else CallError)."""
+        while not self._messages:
+            if self._status.done():
+                self._raise_error()
+                return None
+            self._waiter = self._connection.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._messages.popleft()
+
+    async def trailing_metadata(self) -> tuple:
+        await asyncio.shield(self._status)
+        return self._trailing
+
+    def cancel(self) -> None:
+        if not self._status.done():
+            self._connection.reset(self.stream_id)
+            self._end(CallError(grpc.StatusCode.CANCELLED, "Cancelled on the client side"))
+
+    # --- from the connection ---------------------------------------------------------------------------------
+
+    def on_headers(self, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
+        if not self._headers.done():
+            status = next((value for name, value in headers if name == b":status"), b"")
+            if status != b"200":
+                code = HTTP_STATUS_CODES.get(status, grpc.StatusCode.UNKNOWN)
+                self._end(CallError(code, f"Received http2 header with status: {status.decode('latin-1')}"))
+                return
+            encoding = next((value for name, value in headers if name == b"grpc-encoding"), b"identity")
+            self._reader = grpc_wire.MessageReader(MAX_MESSAGE_BYTES, encoding)
+            if not ended:  # else Trailers-Only: no initial metadata, only trailers
+                self._headers.set_result(grpc_wire.response_metadata(headers))
+                return
+            self._headers.set_result(())
+        if not ended:
+            return
+        code_text = next((value for name, value in headers if name == b"grpc-status"), None)
+        details = next((value for name, value in headers if name == b"grpc-message"), b"")
+        self._trailing = grpc_wire.response_metadata(headers)
+        code = CODES.get(int(code_text)) if code_text and code_text.isdigit() else None
+        if code is None:
+            self._end(CallError(grpc.StatusCode.UNKNOWN, "the runtime's answer has no valid grpc-status",
+                                self._initial(), self._trailing))
+        elif code is not grpc.StatusCode.OK:
+            self._end(CallError(code, grpc_wire.percent_decoded(details), self._initial(), self._trailing))
+        elif self._reader.partial:
+            self._end(CallError(grpc.StatusCode.INTERNAL, "the answer ended inside a message"))
+        else:
+            self._end(None)
+
+    def on_data(self, data: bytes) -> None:
+        try:
+            self._messages.extend(self._reader.feed(data))
+        except grpc_wire.MessageTooLarge as error:
+            self._connection.reset(self.stream_id)
+            self._end(CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)))
+        except grpc_wire.BadMessage as error:
+            self._connection.reset(self.stream_id)
+            self._end(CallError(grpc.StatusCode.INTERNAL, str(error)))
+        self._wake()
+
+    def on_reset(self, code: int) -> None:
+        if code == REFUSED_STREAM:
+            self._end(CallError(grpc.StatusCode.UNAVAILABLE, "the runtime refused the stream"))
+        elif code == CANCEL:
+            self._end(CallError(grpc.StatusCode.CANCELLED, "Received RST_STREAM with error code 8"))
+        else:
+            self._end(CallError(grpc.StatusCode.INTERNAL, f"Received RST_STREAM with error code {code}"))
+
+    def on_lost(self, details: str) -> None:
+        self._end(CallError(grpc.StatusCode.UNAVAILABLE, details))
+
+    # --- internals -----------------------------------------------------------------------------------------------
+
+    def _initial(self) -> tuple:
+        return self._headers.result() if self._headers.done() and not self._headers.cancelled() else ()
+
+    def _expire(self) -> None:
+        if not self._status.done():
+            self._connection.reset(self.stream_id)
+            self._end(CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _end(self, error: CallError | None) -> None:
+        if self._status.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._error = error
+        if not self._headers.done():
+            self._headers.set_result(())
+        self._status.set_result(None)
+        self._connection.forget(self.stream_id)
+        self._wake()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.h2 = ClientConnection()
+        self.calls: dict[int, Call] = {}
+        self.usable = True
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.h2.receive(data):
+            kind = type(event)
+            if kind is DataReceived:
+                if (call := self.calls.get(event.stream_id)) is not None:
+                    call.on_data(event.data)
+            elif kind is ResponseHeaders:
+                if (call := self.calls.get(event.stream_id)) is not None:
+                    call.on_headers(event.headers, event.ended)
+            elif kind is StreamReset:
+                if (call := self.calls.get(event.stream_id)) is not None:
+                    call.on_reset(event.code)
+            elif kind is ConnectionEnded:
+                self._ended(event)
+        self.flush()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.usable = False
+        for call in list(self.calls.values()):
+            call.on_lost(f"the runtime's connection was lost: {exc or 'closed'}")
+
+    def open(self, block: bytes, body: bytes, timeout_s: float | None) -> Call:
+        stream_id = self.h2.open_stream(block, body)
+        call = self.calls[stream_id] = Call(self, stream_id, timeout_s)
+        if self.h2.streams_left < 1:
+            self.usable = False
+        self.flush()
+        return call
+
+    def reset(self, stream_id: int) -> None:
+        self.h2.reset(stream_id, CANCEL)
+        self.flush()
+
+    def forget(self, stream_id: int) -> None:
+        self.calls.pop(stream_id, None)
+        if not self.usable and not self.calls and self._transport is not None:
+            self._transport.close()
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.usable = False
+        if self._transport is not None:
+            self._transport.close()
+
+    def _ended(self, event: ConnectionEnded) -> None:
+        self.usable = False
+        # Streams the runtime never saw (above its last one) may be tried again; grpc says UNAVAILABLE for them.
+        last = event.last_stream_id if event.by_peer else self.h2.last_stream_id
+        for stream_id, call in list(self.calls.items()):
+            if stream_id > last or event.error_code:
+                call.on_lost(f"the runtime ended the connection (GOAWAY {event.error_code}: {event.reason})")
+        if not self.calls and self._transport is not None:
+            self._transport.close()
+
+
+class Channel:
+    def __init__(self, target: str, *, user_agent: str = USER_AGENT) -> None:
+        self._target = target
+        self._connection: _Connection | None = None
+        self._connecting: asyncio.Task[_Connection] | None = None
+        self._backoff_s = INITIAL_BACKOFF_S
+        self._retry_at = 0.0
+        self._last_error = ""
+        self._user_agent = user_agent.encode()
+        self._heads: dict[str, bytes] = {}
+
+    async def unary(self, path: str, request: bytes, metadata=(), timeout_s: float | None = None,
+                    ) -> tuple[tuple, bytes, tuple]:
+        """(initial metadata, the response, trailing metadata), or CallError."""
+        call = await self._start(path, request, metadata, timeout_s)
+        try:
+            await asyncio.shield(call._status)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        call._raise_error()
+        if len(call._messages) != 1:
+            raise CallError(grpc.StatusCode.INTERNAL if call._messages else grpc.StatusCode.UNIMPLEMENTED,
+                            f"expected one response message, got {len(call._messages)}", call._initial(),
+                            call._trailing)
+        return call._initial(), call._messages[0], call._trailing
+
+    async def stream(self, path: str, request: bytes, metadata=(), timeout_s: float | None = None) -> Call:
+        """A call whose messages are read one by one (server streaming); cancel() it when not read to the end."""
+        return await self._start(path, request, metadata, timeout_s)
+
+    async def close(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    # --- internals -----------------------------------------------------------------------------------------------
+
+    async def _start(self, path: str, request: bytes, metadata, timeout_s: float | None) -> Call:
+        if len(request) > MAX_MESSAGE_BYTES:
+            raise CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"Sent message larger than max ({len(request)} vs. {MAX_MESSAGE_BYTES})")
+        connection = self._connection
+        if connection is None or not connection.usable:
+            connection = await self._connect()
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = self._request_head(path)
+        block = head + grpc_wire.metadata_block(metadata)
+        if timeout_s is not None:
+            block += grpc_wire.literal(b"grpc-timeout", timeout_text(timeout_s))
+        return connection.open(block, grpc_wire.message(request), timeout_s)
+
+    def _request_head(self, path: str) -> bytes:
+        if len(self._heads) > 256:  # unknown methods are forwarded too: a bound, not a cache of every name
+            self._heads.clear()
+        return b"".join(grpc_wire.literal(name, value) for name, value in (
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode("latin-1")),
+            (b":authority", b"localhost"), (b"content-type", grpc_wire.GRPC_CONTENT_TYPE), (b"te", b"trailers"),
+            (b"user-agent", self._user_agent)))
+
+    async def _connect(self) -> _Connection:
+        if self._connecting is None:
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._retry_at:
+                raise CallError(grpc.StatusCode.UNAVAILABLE, f"the runtime is unreachable: {self._last_error}")
+            self._connecting = loop.create_task(self._dial())
+        task = self._connecting
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done() and self._connecting is task:
+                self._connecting = None
+
+    async def _dial(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            if self._target.startswith("unix:"):
+                connecting = loop.create_unix_connection(_Connection, self._target[len("unix:"):])
+            else:
+                host, _, port = self._target.rpartition(":")
+                connecting = loop.create_connection(_Connection, host.strip("[]"), int(port))
+            _, connection = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as error:
+            self._last_error = f"failed to connect to {self._target}: {error}"
+            self._retry_at = loop.time() + self._backoff_s
+            self._backoff_s = min(self._backoff_s * 2, MAX_BACKOFF_S)
+            raise CallError(grpc.StatusCode.UNAVAILABLE, self._last_error) from None
+        self._backoff_s = INITIAL_BACKOFF_S
+        self._connection = connection
+        return connection
+
+
+def timeout_text(timeout_s: float) -> bytes:
+    """grpc-timeout: the finest unit whose count fits in 8 digits, rounded up."""
+    for unit, seconds in ((b"u", 1e-6), (b"m", 1e-3), (b"S", 1.0), (b"M", 60.0), (b"H", 3600.0)):
+        count = math.ceil(max(timeout_s, 0.0) / seconds)
+        if count < 100_000_000:
+            return b"%d%s" % (max(count, 1), unit)
+    return b"99999999H"
+
+
+async def messages(call: Call) -> AsyncIterator[bytes]:
+    while (message := await call.read()) is not None:
+        yield message

@@ -1,0 +1,69 @@
+"""The client side of one HTTP/2 connection (the daemon's calls to the runtime): sans-IO, like the server's side.
+
+Everything the two sides share (frames, SETTINGS, PING, WINDOW_UPDATE and both directions of flow control,
+GOAWAY, RST_STREAM) is h2_connection.ServerConnection's; this side differs where RFC 9113 makes the sides differ:
+it sends the preface, it opens the (odd) streams, and the header blocks it receives are responses: a stream's first
+block is the response's headers (ResponseHeaders), a block with END_STREAM its trailers (or, first, both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpack.exceptions import HPACKError
+
+from shim.grpc_server.h2_connection import (
+    COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionError_, ServerConnection, _Stream,
+)
+
+MAX_STREAM_ID = 2**31 - 1
+
+
+@dataclass(slots=True)
+class ResponseHeaders:
+    stream_id: int
+    headers: list[tuple[bytes, bytes]]
+    ended: bool  # END_STREAM: trailers (after DATA), or Trailers-Only as the first block
+
+
+class ClientConnection(ServerConnection):
+    def __init__(self) -> None:
+        super().__init__()
+        self._out.insert(0, PREFACE)  # before this side's SETTINGS, which the base queued
+        self._preface_seen = True  # a server sends no preface: its first frame is its SETTINGS
+        self._next_stream_id = 1
+
+    def open_stream(self, block: bytes, body: bytes) -> int:
+        """A request: its header block, then `body` (DATA, ending the request) as the server's windows allow."""
+        stream_id = self._next_stream_id
+        if stream_id > MAX_STREAM_ID:
+            raise ConnectionError_(PROTOCOL_ERROR, "stream ids used up")  # the caller opens a new connection
+        self._next_stream_id += 2
+        self.last_stream_id = stream_id
+        stream = self._streams[stream_id] = _Stream(self._peer_window)
+        self._headers_frames(stream_id, block, False)
+        stream.pending.append(body)
+        stream.end_with_data = True
+        self._flush(stream_id, stream)
+        return stream_id
+
+    @property
+    def streams_left(self) -> int:
+        return (MAX_STREAM_ID - self._next_stream_id) // 2
+
+    def _header_block(self, stream_id: int, flags: int, block: bytes, events: list) -> None:
+        try:
+            headers = self._decoder.decode(block, raw=True)  # always: the decoder's table follows the peer's
+        except HPACKError as error:
+            raise ConnectionError_(COMPRESSION_ERROR, f"header block: {error}") from None
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            if stream_id % 2 == 0 or stream_id > self.last_stream_id:
+                raise ConnectionError_(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}, never opened")
+            return  # reset by this side a moment ago
+        if not stream.remote_open:
+            raise ConnectionError_(PROTOCOL_ERROR, "HEADERS after the response ended")
+        ended = bool(flags & END_STREAM)
+        if ended:
+            self._remote_closed(stream_id, stream)
+        events.append(ResponseHeaders(stream_id, headers, ended))
