@@ -204,7 +204,8 @@ class WorkerSupervisor:
             return reply.attempt.attempt
         finally:
             member.inflight -= 1
-            await self._stop_if_idle(member)
+            if self._idle(member):  # not awaited otherwise: a kept-warm sandbox's calls never stop it
+                await self.stop_sandbox(member.target.sandbox_id)
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         """Takes the sandbox out of its worker and forgets its probes; the worker stops with its last sandbox."""
@@ -337,9 +338,13 @@ class WorkerSupervisor:
             if member.task is not None:
                 member.task.cancel()
 
+    def _idle(self, member: Member) -> bool:
+        """Nothing keeps the sandbox in a worker any more (and it is still this member's)."""
+        return not (member.pinned or member.kept_warm or member.regs or member.inflight) \
+            and self._members.get(member.target.sandbox_id) is member
+
     async def _stop_if_idle(self, member: Member) -> None:
-        if not (member.pinned or member.kept_warm or member.regs or member.inflight) \
-                and self._members.get(member.target.sandbox_id) is member:
+        if self._idle(member):
             await self.stop_sandbox(member.target.sandbox_id)
 
     async def _wait_until(self, member: Member, predicate: Callable[[], bool], timeout_s: float | None) -> None:
