@@ -47,6 +47,12 @@ def test_binary_metadata_is_decoded_to_bytes_with_and_without_padding(sent):
     assert head.metadata[-1] == ("x-trace-bin", b"\x00\x01\x02\xff")
 
 
+@pytest.mark.parametrize("sent", [b"!!!", b"AQ=B", b"A", b"AQ==="])
+def test_binary_metadata_that_is_not_base64_is_internal(sent):
+    head = grpc_wire.call_head(GRPCIO_REQUEST + [(b"x-trace-bin", sent)])
+    assert head == BadRequest(grpc.StatusCode.INTERNAL, "Invalid base64 in metadata x-trace-bin")
+
+
 def test_every_transport_header_is_left_out_of_the_metadata():
     checked_elsewhere = {b"content-type", b"grpc-timeout", b"grpc-encoding"}
     transport = [(name, b"v") for name in sorted(grpc_wire.TRANSPORT_HEADERS - checked_elsewhere)]
