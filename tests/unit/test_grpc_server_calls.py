@@ -154,6 +154,22 @@ def test_client_streaming():
     run(scenario())
 
 
+def test_client_streaming_of_24_mib_keeps_the_receive_windows_open():
+    async def handler(request_iterator, context):
+        sizes = [len(message) async for message in request_iterator]
+        return f"{len(sizes)} {sum(sizes)}".encode()
+
+    async def scenario():
+        async with serving({"/t.T/C": grpc.stream_unary_rpc_method_handler(handler)}) as served:
+            call = served.channel.stream_unary("/t.T/C")()
+            for _ in range(24):
+                await bounded(call.write(b"m" * (1 << 20)))
+            await call.done_writing()
+            assert await bounded(call) == f"24 {24 << 20}".encode()
+
+    run(scenario())
+
+
 def test_client_streaming_of_no_message():
     async def handler(request_iterator, context):
         return str(len([message async for message in request_iterator])).encode()
@@ -457,6 +473,39 @@ def test_client_cancelling_a_stream_cancels_a_handler_waiting_to_write():
             assert await bounded(call.read()) == b"w" * 65536
             call.cancel()
             await bounded(cancelled.wait())
+
+    run(scenario())
+
+
+def test_done_callbacks_run_when_a_call_ends_answered_or_cancelled():
+    ended = []
+    all_ended = asyncio.Event()
+    parked = Parked()
+
+    def on_done(context):
+        ended.append((context.done(), context.cancelled()))
+        if len(ended) == 2:
+            all_ended.set()
+
+    async def answered(request, context):
+        context.add_done_callback(on_done)
+        return b"ok"
+
+    async def cancelled(request, context):
+        context.add_done_callback(on_done)
+        await parked(request, context)
+
+    handlers = {"/t.T/A": grpc.unary_unary_rpc_method_handler(answered),
+                "/t.T/C": grpc.unary_unary_rpc_method_handler(cancelled)}
+
+    async def scenario():
+        async with serving(handlers) as served:
+            assert await bounded(served.channel.unary_unary("/t.T/A")(b"")) == b"ok"
+            call = served.channel.unary_unary("/t.T/C")(b"")
+            await bounded(parked.started.wait())
+            call.cancel()
+            await bounded(all_ended.wait())
+        assert ended == [(True, False), (True, True)]
 
     run(scenario())
 
