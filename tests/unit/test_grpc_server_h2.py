@@ -16,6 +16,8 @@ import h2.events
 import h2.settings
 import hpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shim.grpc_server import h2_connection as hc
 from shim.grpc_server.h2_connection import (
@@ -594,3 +596,33 @@ def test_unknown_frame_types_and_priority_are_ignored(pair):
     assert pair.server.data_to_send() == b""
     pair.open(end_stream=True)
     assert pair.take_server(StreamOpened)
+
+
+# --- anything a client sends ----------------------------------------------------------------------------------------
+
+_FRAMES = st.builds(
+    frame,
+    st.sampled_from([hc.DATA, hc.HEADERS, hc.PRIORITY, hc.RST_STREAM, hc.SETTINGS, hc.PUSH_PROMISE, hc.PING,
+                     hc.GOAWAY, hc.WINDOW_UPDATE, hc.CONTINUATION, 0x42]),
+    st.sampled_from([0, hc.END_STREAM, hc.END_HEADERS, hc.END_STREAM | hc.END_HEADERS, hc.PADDED,
+                     hc.PRIORITY_FLAG | hc.END_HEADERS, 0xFF]),
+    st.sampled_from([0, 1, 2, 3, 5, 2**31 - 1]),
+    st.one_of(st.binary(max_size=24), st.just(encode(REQUEST)), st.binary(min_size=4, max_size=4)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_FRAMES, max_size=8), st.integers(min_value=0, max_value=200))
+def test_any_frames_give_events_or_a_goaway_never_an_exception(frames, cut):
+    server = ServerConnection()
+    data = hc.PREFACE + b"".join(frames)
+    events = server.receive(data[:cut]) + server.receive(data[cut:])
+    server.send_headers(1, RESPONSE)
+    server.send_data(1, b"x" * 100)
+    server.send_headers(1, TRAILERS, end_stream=True)
+    server.finish_stream(1)
+    out = parse_frames(server.data_to_send())
+    assert all(len(payload) <= hc.DEFAULT_FRAME_SIZE for *_, payload in out)
+    broken = [e for e in events if isinstance(e, ConnectionEnded) and e.error_code and not e.by_peer]
+    if broken:
+        assert goaway_code(out) == broken[0].error_code
+        assert server.receive(frame(hc.PING, 0, 0, b"12345678")) == []
