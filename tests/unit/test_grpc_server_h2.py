@@ -277,14 +277,16 @@ def test_response_over_the_client_window_waits_for_window_update_and_trailers_co
     connected.client_events += connected.client.receive_data(b"".join(frame(*f) for f in frames))
 
     received = bytearray(b"".join(e.data for e in connected.take_client(h2.events.DataReceived)))
+    acknowledged = 0
     for _ in range(100):  # the client reads and gives its windows back, in rounds
-        connected.client.acknowledge_received_data(len(received) - getattr(connected, "acked", 0), stream_id)
-        connected.acked = len(received)
+        connected.client.acknowledge_received_data(len(received) - acknowledged, stream_id)
+        acknowledged = len(received)
         connected.pump()
         received += b"".join(e.data for e in connected.take_client(h2.events.DataReceived))
         if connected.take_client(h2.events.StreamEnded):
             break
-    assert bytes(received) == body
+    assert bytes(received) == body  # and h2 raises on DATA after the trailers' END_STREAM
+    assert [e.headers for e in connected.take_client(h2.events.TrailersReceived)] == [[(b"grpc-status", b"0")]]
     assert connected.server.backlog(stream_id) == 0 and not connected.server.is_open(stream_id)
 
 
