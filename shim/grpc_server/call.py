@@ -103,7 +103,7 @@ class ServerCall(grpc.aio.ServicerContext):
     async def send_initial_metadata(self, initial_metadata) -> None:
         if self._headers_sent:
             raise grpc.aio.UsageError("initial metadata already sent")
-        self._send_headers(initial_metadata)
+        self._send_headers(initial_metadata)  # _Status for metadata grpc core refuses, which ends the call
         self._connection.flush()
 
     def set_trailing_metadata(self, trailing_metadata) -> None:
@@ -284,8 +284,12 @@ class ServerCall(grpc.aio.ServicerContext):
     def _send_headers(self, initial_metadata=()) -> None:
         if self._gone:
             raise _PeerGone()
+        try:
+            block = grpc_wire.response_headers(initial_metadata)
+        except grpc_wire.InvalidMetadata:  # grpc core's answer to metadata it cannot send
+            raise _Status(grpc.StatusCode.INTERNAL, "Invalid metadata") from None
         self._headers_sent = True
-        self._connection.h2.send_headers(self._stream_id, grpc_wire.response_headers(initial_metadata))
+        self._connection.h2.send_headers(self._stream_id, block)
 
     def _send_message(self, payload: bytes) -> None:
         if not self._headers_sent:

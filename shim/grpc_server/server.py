@@ -85,6 +85,7 @@ class GrpcConnection(asyncio.Protocol):
             call.on_writable()
         self.flush()
         self._close_if_done()
+        self._server._check_drained()  # a WINDOW_UPDATE may have let the last answer out
 
     def eof_received(self) -> bool:
         return False
@@ -93,6 +94,7 @@ class GrpcConnection(asyncio.Protocol):
         self._server._connections.discard(self)
         for call in list(self._calls.values()):
             call.on_reset()
+        self._server._check_drained()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -109,9 +111,9 @@ class GrpcConnection(asyncio.Protocol):
             self._transport.write(data)
 
     def call_ended(self, stream_id: int) -> None:
-        if self._calls.pop(stream_id, None) is not None:
-            self._server._call_ended()
+        self._calls.pop(stream_id, None)
         self._close_if_done()
+        self._server._check_drained()
 
     def go_away(self) -> None:
         self.h2.go_away()
@@ -136,7 +138,6 @@ class GrpcConnection(asyncio.Protocol):
             return
         call = ServerCall(self, event.stream_id, head, handler, self._server._max_message)
         self._calls[event.stream_id] = call
-        self._server._call_started()
         if event.ended:
             call.on_end()
 
@@ -146,11 +147,22 @@ class GrpcConnection(asyncio.Protocol):
         self.h2.finish_stream(stream_id)
 
     def _close_if_done(self) -> None:
+        """After a GOAWAY either way the connection ends with its last call, once its answers are out; after a
+        broken rule at once, cancelling what still runs."""
         ended = self.h2.closed
-        if ended is not None and not self._calls and self._transport is not None:
-            # After a GOAWAY either way, the connection ends with its last call (or at once after an error).
+        if ended is None or self._transport is None:
+            return
+        if ended.error_code:
+            self.flush()
+            self.abort()
+        elif not self._calls and not self.h2.sending:
             self.flush()
             self._transport.close()
+
+    @property
+    def draining(self) -> bool:
+        """Calls still run or answers still wait for the client's windows."""
+        return bool(self._calls) or self.h2.sending
 
 
 class Server(grpc.aio.Server):
@@ -164,8 +176,7 @@ class Server(grpc.aio.Server):
         self._listeners: list[asyncio.AbstractServer] = []
         self._connections: set[GrpcConnection] = set()
         self._stopping = False
-        self._active = 0
-        self._idle: asyncio.Event | None = None
+        self._drained: asyncio.Event | None = None  # while stopping: set once every connection is drained
         self._terminated: asyncio.Event | None = None
 
     # --- grpc.aio.Server -------------------------------------------------------------------------------------
@@ -198,8 +209,7 @@ class Server(grpc.aio.Server):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._idle, self._terminated = asyncio.Event(), asyncio.Event()
-        self._idle.set()
+        self._terminated = asyncio.Event()
         for sock in self._sockets:
             self._listeners.append(await loop.create_unix_server(lambda: GrpcConnection(self), sock=sock))
 
@@ -209,9 +219,11 @@ class Server(grpc.aio.Server):
             listener.close()
         for connection in list(self._connections):
             connection.go_away()
-        if grace and self._idle is not None:
+        self._drained = asyncio.Event()
+        self._check_drained()
+        if grace:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), grace)
+                await asyncio.wait_for(self._drained.wait(), grace)
         for connection in list(self._connections):
             connection.abort()
         for listener in self._listeners:
@@ -241,15 +253,10 @@ class Server(grpc.aio.Server):
                 return handler
         return None
 
-    def _call_started(self) -> None:
-        self._active += 1
-        if self._idle is not None:
-            self._idle.clear()
-
-    def _call_ended(self) -> None:
-        self._active -= 1
-        if self._active == 0 and self._idle is not None:
-            self._idle.set()
+    def _check_drained(self) -> None:
+        """While stopping: whether no call runs and every answer is out (a slow reader holds its connection)."""
+        if self._drained is not None and not any(c.draining for c in self._connections):
+            self._drained.set()
 
 
 def _unix_path(address: str) -> str:

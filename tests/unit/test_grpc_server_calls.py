@@ -359,8 +359,6 @@ def test_trailing_metadata_grpc_core_refuses_is_internal_invalid_metadata():
     run(scenario())
 
 
-@pytest.mark.xfail(strict=True, reason="call.py ServerCall._send_headers marks the headers sent before building "
-                   "them, and grpc_wire.InvalidMetadata escapes as UNKNOWN; grpc core answers INTERNAL")
 def test_initial_metadata_grpc_core_refuses_is_internal_invalid_metadata():
     async def handler(request, context):
         await context.send_initial_metadata((("x-t", "v\u00e9"),))

@@ -92,9 +92,6 @@ async def call_acknowledging_data(path: str, method: str) -> tuple[bytes, list |
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="server.py closes a connection after its GOAWAY as soon as no call runs "
-                   "(GrpcConnection._close_if_done, and stop() aborts once idle), cutting the answer that still "
-                   "waits in h2 for the client's windows (ServerConnection.sending)")
 def test_stop_lets_a_call_finish_whose_answer_waits_for_the_client_windows():
     release, started = asyncio.Event(), asyncio.Event()
     answer = b"a" * 200_000  # over the client's default window of 64 KiB
@@ -151,9 +148,6 @@ def test_a_call_that_outlives_grace_is_cancelled():
     run(scenario())
 
 
-@pytest.mark.xfail(strict=True, reason="server.py GrpcConnection._close_if_done closes after a GOAWAY only once no "
-                   "call runs, also after a connection error (its comment says at once): the broken connection stays "
-                   "open and its calls run on")
 def test_a_protocol_error_closes_the_connection_and_cancels_its_calls():
     parked = Parked()
     request = [(":method", "POST"), (":scheme", "http"), (":path", "/t.T/U"), (":authority", "x"),
