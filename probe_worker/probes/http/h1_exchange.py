@@ -13,6 +13,7 @@ and the body read only as far as the prober reads it; the deadline is the caller
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import h11
@@ -20,6 +21,7 @@ import h11
 from probe_api.gostrings import go_quote
 from probe_worker import go_errors
 from probe_worker.probes.http import response
+from probe_worker.probes.http.h1_head import plain_head
 from probe_worker.probes.http.request import WireRequest
 from probe_worker.probes.http.response import ResponseHead
 from probe_worker.tls_stream import RECV_SIZE, Stream, StreamError
@@ -60,28 +62,68 @@ class H1Request:
     def unsendable(self, exc: h11.LocalProtocolError) -> str:
         return f"cannot send request-target {go_quote(self.target)}: {exc}"
 
+    @functools.cached_property
+    def sent(self) -> tuple[bytes, bool] | str:
+        """The bytes that go out, and whether the connection closes after the response (`Connection: close`, so
+        an exchange's `complete` can never be true); or why they cannot go out (StreamError's text).
+
+        h11's output for an event does not depend on the connection: worked out once on a scratch one."""
+        scratch = h11.Connection(h11.CLIENT)
+        try:
+            data = scratch.send(self.event()) + (scratch.send(h11.EndOfMessage()) or b"")
+        except StreamError as exc:
+            return str(exc)
+        except h11.LocalProtocolError as exc:
+            return self.unsendable(exc)
+        return (self.raw_head if self.raw_head is not None else data), scratch.our_state is h11.MUST_CLOSE
+
 
 class H1Exchange:
-    """One HTTP/1.1 request/response over a Stream, framed by h11."""
+    """One HTTP/1.1 request/response over a Stream, framed by h11, or read as h1_head.plain_head reads it.
+
+    h11 is made only when needed: a request that closes the connection (every probe's) whose response head is
+    plain (h1_head.py) and arrived in the first read is read without it, the body by its Content-Length or to
+    EOF, as h11 frames it. Anything else goes to h11, fed the very same bytes in the same reads.
+    """
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=response.MAX_HEAD_BYTES)
+        self._h11: h11.Connection | None = None
+        self._request: H1Request | None = None
+        self._closes = False         # the request said Connection: close
+        self._unfed: list[bytes] = []  # what was read before h11 was made, each read as it came
+        self._plain: tuple[int | None, bytes] | None = None  # a plain head's Content-Length and the body read so far
         self.received = 0
         self.eof = False
         # The raw bytes of the response head being read: h11 drops a head it refuses,
         # and Go's error names the offending status line.
         self.head: bytes | None = b""
 
+    @property
+    def h11(self) -> h11.Connection:
+        """The h11 connection, made (the request sent, what was read fed in) the first time it is needed."""
+        if self._h11 is None:
+            conn = self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=response.MAX_HEAD_BYTES)
+            if self._request is not None:  # its bytes went out already; h11 takes its own state from the event
+                conn.send(self._request.event())
+                conn.send(h11.EndOfMessage())
+            for data in self._unfed:
+                conn.receive_data(data)
+            self._unfed.clear()
+        return self._h11
+
     async def send_request(self, prepared: "Prepared") -> None:
         """`prepared`: the executor's request, whose `h1` is its H1Request."""
         request: H1Request = prepared.h1
-        try:
-            data = self.h11.send(request.event()) + (self.h11.send(h11.EndOfMessage()) or b"")
-        except h11.LocalProtocolError as exc:
-            raise StreamError(request.unsendable(exc)) from None
-        if request.raw_head is not None:
-            data = request.raw_head  # h11 has its state (a GET without a body, sent); the bytes are Go's
+        sent = request.sent
+        if isinstance(sent, str):
+            raise StreamError(sent)
+        data, self._closes = sent
+        if self._h11 is not None:
+            self._h11.send(request.event())
+            self._h11.send(h11.EndOfMessage())
+        else:
+            self._request = request
         await self.stream.send(data)
 
     async def wait_first_byte(self) -> None:
@@ -93,9 +135,20 @@ class H1Exchange:
         self.received += len(data)
         if self.head is not None:
             self.head += data
-        self.h11.receive_data(data)
+        if self._h11 is None:
+            self._unfed.append(data)
+        else:
+            self._h11.receive_data(data)
 
     async def read_head(self) -> ResponseHead:
+        if self._h11 is None and self._closes and len(self._unfed) == 1:
+            plain = plain_head(self._unfed[0])
+            if plain is not None:
+                head, body_start = plain
+                self._plain = (head.content_length, self._unfed[0][body_start:])
+                self._unfed.clear()
+                self.head = None
+                return head
         informational = 0
         while True:
             if self.eof and self.received == 0:
@@ -153,6 +206,8 @@ class H1Exchange:
     @property
     def complete(self) -> bool:
         """Request sent and response read to its end, and neither side asked to close (h11's keep-alive)."""
+        if self._plain is not None:
+            return False  # Connection: close was sent: h11's own state is MUST_CLOSE, never DONE
         return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
 
     def settle(self) -> None:
@@ -161,7 +216,7 @@ class H1Exchange:
         A body read to exactly its Content-Length has not produced h11's EndOfMessage yet,
         while Go's body reader returns EOF with the last byte (and frees the connection).
         """
-        if self.h11.their_state is h11.SEND_BODY:
+        if self._plain is None and self.h11.their_state is h11.SEND_BODY:
             try:
                 self.h11.next_event()
             except h11.RemoteProtocolError:
@@ -169,6 +224,8 @@ class H1Exchange:
 
     async def read_body(self, limit: int) -> bytes:
         """Up to `limit` bytes of the body; stops there without waiting for the rest."""
+        if self._plain is not None:
+            return await self._read_plain_body(limit)
         body = bytearray()
         while len(body) < limit:
             try:
@@ -182,6 +239,24 @@ class H1Exchange:
             else:  # EndOfMessage or ConnectionClosed
                 break
         return bytes(body)
+
+    async def _read_plain_body(self, limit: int) -> bytes:
+        """A plain head's body as h11 reads it: its Content-Length (EOF before it: "unexpected EOF"), else to EOF."""
+        assert self._plain is not None
+        length, body = self._plain
+        want = limit if length is None else min(length, limit)
+        while len(body) < want:
+            data = await self.stream.recv(RECV_SIZE)
+            self.eof = not data
+            self.received += len(data)
+            if not data:
+                if length is not None:
+                    raise StreamError("unexpected EOF")  # h11: peer closed without sending the complete body
+                break
+            body += data
+        # What was read is handed over once, as h11's events are; a later call reads on from there.
+        self._plain = (None if length is None else length - min(len(body), length), b"")
+        return bytes(body[:want])
 
 
 def head_of(response: h11.Response) -> ResponseHead:
