@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from hpack.exceptions import HPACKError
 
 from shim.grpc_server.h2_connection import (
-    COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionError_, ServerConnection, _Stream,
+    COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,
+    _Stream,
 )
 
 MAX_STREAM_ID = 2**31 - 1
@@ -46,6 +47,15 @@ class ClientConnection(ServerConnection):
         stream.end_with_data = True
         self._flush(stream_id, stream)
         return stream_id
+
+    def _end(self, code: int, reason: str) -> ConnectionEnded:
+        # A GOAWAY names the last stream its *receiver* opened (RFC 9113 6.8): a server opens none here (push is
+        # off), while `last_stream_id` is this side's own last stream, which the base would send.
+        opened, self.last_stream_id = self.last_stream_id, 0
+        try:
+            return super()._end(code, reason)
+        finally:
+            self.last_stream_id = opened
 
     @property
     def streams_left(self) -> int:
