@@ -312,19 +312,22 @@ class Channel:
             (b"user-agent", self._user_agent)))
 
     async def _connect(self) -> _Connection:
-        if self._connecting is None:
+        connecting = self._connecting
+        if connecting is None:
             loop = asyncio.get_running_loop()
             if loop.time() < self._retry_at:
                 raise CallError(grpc.StatusCode.UNAVAILABLE, f"the runtime is unreachable: {self._last_error}")
-            self._connecting = loop.create_task(self._dial())
-        task = self._connecting
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if task.done() and self._connecting is task:
-                self._connecting = None
+            connecting = self._connecting = loop.create_task(self._dial())
+        # Shielded: a caller cancelled meanwhile leaves the dial to the others (or to the next call).
+        connection = await asyncio.shield(connecting)
+        if isinstance(connection, CallError):
+            raise CallError(connection.code, connection.details)  # one each: a raise adds to its traceback
+        if not connection.usable:  # lost, or sent GOAWAY, before this caller resumed: nothing was sent on it
+            raise CallError(grpc.StatusCode.UNAVAILABLE, "the runtime's connection closed as it opened")
+        return connection
 
-    async def _dial(self) -> _Connection:
+    async def _dial(self) -> _Connection | CallError:
+        """The new connection, or the error every caller waiting for it gets (returned: nobody may be waiting)."""
         loop = asyncio.get_running_loop()
         try:
             if self._target.startswith("unix:"):
@@ -337,7 +340,9 @@ class Channel:
             self._last_error = f"failed to connect to {self._target}: {error}"
             self._retry_at = loop.time() + self._backoff_s
             self._backoff_s = min(self._backoff_s * 2, MAX_BACKOFF_S)
-            raise CallError(grpc.StatusCode.UNAVAILABLE, self._last_error) from None
+            return CallError(grpc.StatusCode.UNAVAILABLE, self._last_error)
+        finally:
+            self._connecting = None  # done: the next call that needs a connection dials again
         self._backoff_s = INITIAL_BACKOFF_S
         self._connection = connection
         return connection

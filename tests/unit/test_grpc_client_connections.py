@@ -1,0 +1,230 @@
+"""The daemon's gRPC client (shim/grpc_server/client.py): the life of its one connection to the runtime, through real
+sockets against grpcio's aio server. Not listening -> UNAVAILABLE at once and retries spaced by the backoff (on the
+loop's clock, moved by the test: no sleeps), a restarted runtime, a connection lost mid-call, GOAWAY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+
+import grpc
+import pytest
+
+from shim.grpc_server import client as client_module
+from shim.grpc_server.client import Channel
+from tests.unit.test_grpc_client_channel import (
+    UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
+)
+
+
+class LoopClock:
+    """Moves the running loop's clock forward (its timers fire early, which these tests do not mind)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._real = self._loop.time
+        self._offset = 0.0
+        self._loop.time = lambda: self._real() + self._offset  # type: ignore[method-assign]
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def move_to(self, when: float) -> None:
+        self._offset += max(0.0, when - self.now())
+
+
+class Events:
+    """Set when the channel's connections see a GOAWAY or are lost (wrapping the protocol's callbacks)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.goaway, self.lost = asyncio.Event(), asyncio.Event()
+        ended, lost = client_module._Connection._ended, client_module._Connection.connection_lost
+
+        def on_ended(connection, event):
+            ended(connection, event)
+            self.goaway.set()
+
+        def on_lost(connection, exc):
+            lost(connection, exc)
+            self.lost.set()
+        monkeypatch.setattr(client_module._Connection, "_ended", on_ended)
+        monkeypatch.setattr(client_module._Connection, "connection_lost", on_lost)
+
+
+@pytest.fixture
+def sockdir():
+    path = tempfile.mkdtemp(prefix="grpccli-")  # tmp_path can exceed a unix socket path's 108 bytes
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_runtime_not_listening_is_unavailable_at_once_and_retries_are_spaced_by_the_backoff(sockdir):
+    async def scenario():
+        clock, dials = LoopClock(), DialCounter()
+        channel = Channel(f"unix:{sockdir}/absent.sock")
+        expected_waits = [0.1, 0.2, 0.4, 0.8, 1.6, 3.0, 3.0]  # the kubelet's CRI client: 100 ms doubling to 3 s
+        before = clock.now()
+        error = await call_error(channel.unary(UNARY, b""))
+        after = clock.now()  # the retry time is between before + wait and after + wait
+        assert error.code is grpc.StatusCode.UNAVAILABLE and "absent.sock" in error.details
+        assert dials.count == 1
+        for attempt, wait in enumerate(expected_waits, start=2):
+            clock.move_to(before + wait - 0.05)  # short of the retry time: failing at once, no connect
+            assert (await call_error(channel.unary(UNARY, b""))).code is grpc.StatusCode.UNAVAILABLE
+            assert dials.count == attempt - 1
+            clock.move_to(after + wait)  # at it: one connect, failing again
+            before = clock.now()
+            assert (await call_error(channel.unary(UNARY, b""))).code is grpc.StatusCode.UNAVAILABLE
+            after = clock.now()
+            assert dials.count == attempt
+        await channel.close()
+    run(scenario())
+
+
+def test_a_restarted_runtime_on_the_same_path_is_used_after_the_backoff(sockdir, monkeypatch):
+    async def scenario():
+        events = Events(monkeypatch)
+        clock, dials = LoopClock(), DialCounter()
+        async with runtime(Methods(unary=echo), directory=sockdir) as first:
+            channel = Channel(first.target)
+            assert (await bounded(channel.unary(UNARY, b"1")))[1] == b"1"
+            await first.server.stop(None)
+            await bounded(events.lost.wait())
+        error = await call_error(channel.unary(UNARY, b"2"))  # a new connection, refused
+        assert error.code is grpc.StatusCode.UNAVAILABLE and dials.count == 2
+        failed = clock.now()
+        async with runtime(Methods(unary=echo), directory=sockdir) as second:
+            assert (await call_error(channel.unary(UNARY, b"3"))).code is grpc.StatusCode.UNAVAILABLE
+            assert dials.count == 2  # still backing off: the runtime is not tried before its time
+            clock.move_to(failed + client_module.INITIAL_BACKOFF_S + 0.001)
+            assert (await bounded(channel.unary(UNARY, b"4")))[1] == b"4"
+            assert (await bounded(channel.unary(UNARY, b"5")))[1] == b"5"
+            assert dials.count == 3
+            await channel.close()
+            del second
+    run(scenario())
+
+
+class Relay:
+    """A unix socket that pipes each connection to the runtime's; `cut()` drops them all without a word."""
+
+    def __init__(self, path: str, upstream: str) -> None:
+        self.path, self._upstream = path, upstream
+        self._transports: list[asyncio.BaseTransport] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> Relay:
+        self._server = await asyncio.start_unix_server(self._serve, self.path)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.cut()
+        self._server.close()
+
+    def cut(self) -> None:
+        for transport in self._transports:
+            transport.abort()
+        self._transports.clear()
+
+    async def _serve(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(self._upstream)
+        self._transports += [writer.transport, up_writer.transport]
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+def test_a_connection_lost_mid_call_is_unavailable_as_grpcio_sees_it_and_the_next_call_reconnects(sockdir):
+    parked = Parked()
+
+    async def scenario():
+        async with runtime(Methods(unary=parked.handle), directory=sockdir) as rt, \
+                Relay(f"{sockdir}/relay.sock", rt.target[len("unix:"):]) as relay:
+            channel = Channel(f"unix:{relay.path}")
+            async with grpc.aio.insecure_channel(f"unix:{relay.path}") as reference:
+                ours = asyncio.ensure_future(channel.unary(UNARY, b""))
+                theirs = reference.unary_unary(UNARY)(b"")
+                await bounded(parked.started.wait())
+                parked.started.clear()
+                await bounded(parked.started.wait())  # both calls reached the runtime
+                relay.cut()
+                error = await call_error(ours)
+                reference_error = await rpc_error(theirs)
+                assert error.code is reference_error.code() is grpc.StatusCode.UNAVAILABLE
+                await bounded(parked.cancelled.wait())  # the runtime saw its connection go
+                parked.release.set()
+                assert (await bounded(channel.unary(UNARY, b"")))[1] == b"done"
+            await channel.close()
+    run(scenario())
+
+
+def test_goaway_lets_the_call_in_flight_finish_and_the_next_call_opens_a_new_connection(sockdir, monkeypatch):
+    parked = Parked()
+
+    async def scenario():
+        events, dials = Events(monkeypatch), DialCounter()
+        async with runtime(Methods(unary=parked.handle), directory=sockdir) as first:
+            channel = Channel(first.target)
+            in_flight = asyncio.ensure_future(channel.unary(UNARY, b""))
+            await bounded(parked.started.wait())
+            stopping = asyncio.ensure_future(first.server.stop(grace=30))
+            await bounded(events.goaway.wait())
+            parked.release.set()
+            assert (await bounded(in_flight))[1] == b"done"
+            await bounded(stopping)
+        async with runtime(Methods(unary=echo), directory=sockdir):
+            assert (await bounded(channel.unary(UNARY, b"next")))[1] == b"next"
+        assert dials.count == 2
+        await channel.close()
+    run(scenario())
+
+
+def test_a_caller_cancelled_while_connecting_leaves_no_stale_connection_behind(sockdir, monkeypatch):
+    async def scenario():
+        events = Events(monkeypatch)
+        loop = asyncio.get_running_loop()
+        dial, dialing, gate = loop.create_unix_connection, asyncio.Event(), asyncio.Event()
+
+        async def slow_dial(*args, **kwargs):
+            dialing.set()
+            await gate.wait()
+            return await dial(*args, **kwargs)
+        loop.create_unix_connection = slow_dial
+        async with runtime(Methods(unary=echo), directory=sockdir) as first:
+            channel = Channel(first.target)
+            cancelled = asyncio.ensure_future(channel.unary(UNARY, b""))
+            await bounded(dialing.wait())
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            gate.set()
+            await bounded(asyncio.wait({channel._connecting}))  # the connection opens with no caller waiting
+            await first.server.stop(None)
+            await bounded(events.lost.wait())
+        async with runtime(Methods(unary=echo), directory=sockdir):
+            assert (await bounded(channel.unary(UNARY, b"after", timeout_s=5)))[1] == b"after"
+        await channel.close()
+    run(scenario())
+
+
+def test_a_runtime_that_accepts_and_hangs_up_is_unavailable(sockdir):
+    async def hang_up(reader, writer):
+        writer.close()
+
+    async def scenario():
+        server = await asyncio.start_unix_server(hang_up, f"{sockdir}/rude.sock")
+        channel = Channel(f"unix:{sockdir}/rude.sock")
+        for _ in range(3):
+            assert (await call_error(channel.unary(UNARY, b""))).code is grpc.StatusCode.UNAVAILABLE
+        await channel.close()
+        server.close()
+    run(scenario())
