@@ -271,6 +271,24 @@ def test_initial_and_trailing_metadata_of_a_successful_call():
     run(scenario())
 
 
+def test_metadata_over_16_kib_both_ways_crosses_in_continuation_frames():
+    big = tuple((f"x-key-{index}", "v" * 200) for index in range(100))  # ~22 KiB: over one frame of 16 KiB
+
+    async def handler(request, context):
+        received = tuple(context.invocation_metadata())[1:]
+        context.set_trailing_metadata(big)
+        return b"same" if received == big else b"different"
+
+    async def scenario():
+        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)},
+                           channel_options=[("grpc.max_metadata_size", 64 * 1024)]) as served:
+            call = served.channel.unary_unary("/t.T/U")(b"", metadata=big)
+            assert await bounded(call) == b"same"
+            assert tuple(await call.trailing_metadata()) == big
+
+    run(scenario())
+
+
 def test_set_code_and_details_without_abort():
     async def handler(request, context):
         context.set_code(grpc.StatusCode.FAILED_PRECONDITION)
