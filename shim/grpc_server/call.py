@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_BACKLOG = 1 << 20  # bytes a streaming handler may have queued before write() waits for the client
+UNREAD_MESSAGES = 2  # in max_message units: what a client may send ahead of its handler's reads before it is refused
 
 
 class _PeerGone(Exception):
@@ -44,6 +45,8 @@ class ServerCall(grpc.aio.ServicerContext):
         self._handler = handler
         self._reader = grpc_wire.MessageReader(max_message, head.encoding)
         self._inbox: deque[bytes] = deque()
+        self._unread = 0  # bytes in the inbox
+        self._unread_limit = UNREAD_MESSAGES * max_message
         self._remote_done = False
         self._inbox_error: tuple[grpc.StatusCode, str] | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -51,7 +54,7 @@ class ServerCall(grpc.aio.ServicerContext):
         self._trailing: tuple = ()
         self._code: grpc.StatusCode | None = None
         self._details = ""
-        self._expired = False
+        self._ended_by: tuple[grpc.StatusCode, str] | None = None  # the server ended the call (deadline, overflow)
         self._gone = False
         self._done = False
         self._done_callbacks: list[Callable[[ServerCall], None]] = []
@@ -65,7 +68,14 @@ class ServerCall(grpc.aio.ServicerContext):
     def on_data(self, data: bytes, ended: bool) -> None:
         if self._inbox_error is None:
             try:
-                self._inbox.extend(self._reader.feed(data))
+                for message in self._reader.feed(data):
+                    self._inbox.append(message)
+                    self._unread += len(message)
+                if self._unread > self._unread_limit:  # the window is given back as data arrives: this is the bound
+                    self._inbox.clear()
+                    self._inbox_error = (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                         "the client sent more than the call reads")
+                    self._end_by(*self._inbox_error)
             except MessageTooLarge as error:
                 self._inbox_error = (grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
             except BadMessage as error:
@@ -162,7 +172,7 @@ class ServerCall(grpc.aio.ServicerContext):
         pass
 
     def cancelled(self) -> bool:
-        return self._gone or self._expired
+        return self._gone or self._ended_by is not None
 
     def done(self) -> bool:
         return self._done
@@ -198,10 +208,10 @@ class ServerCall(grpc.aio.ServicerContext):
         except _Status as status:
             code, details = status.code, status.details
         except (asyncio.CancelledError, _PeerGone):
-            if not self._expired or self._gone:
+            if self._ended_by is None or self._gone:
                 self._end()
                 return
-            code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+            code, details = self._ended_by
         except Exception as error:  # noqa: BLE001 - a handler's bug becomes a status, as in grpc core
             log.exception("handler of %s failed", self._head.path)
             code, details = grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
@@ -230,7 +240,12 @@ class ServerCall(grpc.aio.ServicerContext):
                 log.exception("done callback of %s failed", self._head.path)
 
     def _expire(self) -> None:
-        self._expired = True
+        self._end_by(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _end_by(self, code: grpc.StatusCode, details: str) -> None:
+        """The server ends the call: the handler is cancelled and the client gets this status."""
+        if self._ended_by is None:
+            self._ended_by = (code, details)
         if not self.task.done():
             self.task.cancel()
 
@@ -243,7 +258,7 @@ class ServerCall(grpc.aio.ServicerContext):
         if len(self._inbox) != 1:
             raise _Status(grpc.StatusCode.INTERNAL if self._inbox else grpc.StatusCode.UNIMPLEMENTED,
                           f"expected one request message, got {len(self._inbox)}")
-        return self._inbox.popleft()
+        return self._take()
 
     async def _next_message(self) -> bytes | None:
         while not self._inbox:
@@ -251,7 +266,12 @@ class ServerCall(grpc.aio.ServicerContext):
             if self._remote_done:
                 return None
             await self._wait()
-        return self._inbox.popleft()
+        return self._take()
+
+    def _take(self) -> bytes:
+        message = self._inbox.popleft()
+        self._unread -= len(message)
+        return message
 
     async def _requests(self) -> AsyncIterator[Any]:
         while (raw := await self._next_message()) is not None:

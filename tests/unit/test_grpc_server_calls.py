@@ -554,3 +554,22 @@ def test_gzip_compressed_requests_from_grpcio_are_inflated():
         assert seen == [body]
 
     run(scenario())
+
+
+def test_a_client_sending_far_ahead_of_a_handler_that_does_not_read_is_refused_not_buffered():
+    # The server gives the window back as DATA arrives; what bounds a stream's memory is the unread limit.
+    reading = asyncio.Event()
+
+    async def handler(request_iterator, context):
+        await reading.wait()  # never set: the handler reads nothing
+        return b""
+
+    async def scenario():
+        async with serving({"/t.T/S": grpc.stream_unary_rpc_method_handler(handler)},
+                           max_receive_message_length=1024) as served:
+            call = served.channel.stream_unary("/t.T/S")
+            error = await rpc_error(call(iter([b"x" * 1000] * 10)))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.details() == "the client sent more than the call reads"
+
+    run(scenario())
