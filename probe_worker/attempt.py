@@ -13,13 +13,16 @@ lifecycle hook's (pkg/kubelet/lifecycle/handlers.go) instead of a probe's.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.grpc_codes import code_name, serving_status_text
+from probe_worker.deadline import AttemptDeadline
 from probe_worker.trace import Trace
 
 Result = spec_pb.AttemptResult
@@ -53,6 +56,16 @@ class AttemptContext:
     happy_eyeballs_delay: float = 0.25    # RFC 8305 "Connection Attempt Delay"
     # A socket of the family in the sandbox's netns (probe_worker.socket_source); None: made here, in this netns.
     open_socket: Callable[[int], Awaitable[socket.socket]] | None = None
+    # The attempt's one timer for its timeout scopes (probe_worker/deadline.py); None: a timer per scope.
+    timer: AttemptDeadline | None = None
+
+    def timeout(self) -> "AbstractAsyncContextManager[object]":
+        """`async with ctx.timeout():` is asyncio.timeout_at(ctx.deadline), on the attempt's timer when it has one
+        for this deadline (a kind may narrow the deadline in a copy of the context)."""
+        timer = self.timer
+        if timer is not None and timer.when == self.deadline:
+            return timer.scope()
+        return asyncio.timeout_at(self.deadline)
 
 
 @dataclass

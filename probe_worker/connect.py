@@ -52,7 +52,7 @@ async def connect(endpoint: Endpoint, ctx: AttemptContext) -> tuple[socket.socke
     label = join_host_port(addresses[0], endpoint.port)
     with ctx.trace.phase("connect", label) as phase:
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 sock, address = await _race(addresses, endpoint.port, ctx.happy_eyeballs_delay,
                                             ctx.open_socket or _local_socket)
         except TimeoutError:

@@ -24,6 +24,7 @@ from probe_api.gostrings import go_duration
 from probe_api.validation import effective_timing
 from probe_worker.addresses import AddressError, choose_endpoint
 from probe_worker.attempt import FAILURE, UNKNOWN, AttemptContext, Endpoint, Outcome
+from probe_worker.deadline import AttemptDeadline
 from probe_worker.ports import PortError, resolve_port
 from probe_worker.probes import Handler, handler_for
 from probe_worker.socket_source import OpenSocket
@@ -148,6 +149,7 @@ class Prober:
         lifecycle_hook: bool,
     ) -> Outcome:
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        timer = AttemptDeadline(deadline)
         ctx = AttemptContext(
             deadline=deadline,
             timeout_ns=timeout_ms * 1_000_000,
@@ -155,6 +157,7 @@ class Prober:
             trace=trace,
             lifecycle_hook=lifecycle_hook,
             open_socket=self._open_socket,
+            timer=timer,
         )
         try:
             async with asyncio.timeout_at(deadline + SAFETY_MARGIN_S):
@@ -165,3 +168,5 @@ class Prober:
         except Exception as exc:  # a bug in one kind must not take the worker down
             log.exception("%s probe raised", handler.kind)
             return Outcome(UNKNOWN, f"internal error in {handler.kind} probe: {exc!r}").bounded()
+        finally:
+            timer.close()

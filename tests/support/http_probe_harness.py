@@ -8,6 +8,7 @@ import asyncio
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import AttemptContext, Endpoint, Outcome
+from probe_worker.deadline import AttemptDeadline
 from probe_worker.probes.http import executor as http
 from tests.support.servers.http_server import HTTPTestServer
 
@@ -29,10 +30,16 @@ def http_spec(path: str, port: int = 0, headers=(), scheme=spec_pb.HTTP, **spec_
 async def run_probe(path, port, *, host="127.0.0.1", addresses=None, timeout=2.0, headers=(), scheme=spec_pb.HTTP):
     """One attempt; returns (outcome, ctx, seconds taken)."""
     loop = asyncio.get_running_loop()
-    ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent=UA)
+    deadline = loop.time() + timeout
+    # The attempt's one timer, as the prober gives it (probe_worker/deadline.py).
+    timer = AttemptDeadline(deadline)
+    ctx = AttemptContext(deadline=deadline, timeout_ns=int(timeout * 1e9), user_agent=UA, timer=timer)
     endpoint = Endpoint(host=host, addresses=(host,) if addresses is None else addresses, port=port)
     started = loop.time()
-    outcome = await http.probe(http_spec(path, headers=headers, scheme=scheme), endpoint, ctx)
+    try:
+        outcome = await http.probe(http_spec(path, headers=headers, scheme=scheme), endpoint, ctx)
+    finally:
+        timer.close()
     return outcome, ctx, loop.time() - started
 
 

@@ -250,7 +250,7 @@ class _Attempt:
         exchange: H1Exchange | H2Exchange = H1Exchange(stream)
         trace = ctx.trace
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 if request.url.scheme == "https" and not reused:
                     hostname = request.url.hostname()
                     with trace.phase("tls", hostname) as phase:
@@ -283,7 +283,7 @@ class _Attempt:
         """Reads the response head, then follows it, or reads the body for the prober."""
         request = prepared.request
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 head = await exchange.read_head()
         except TimeoutError:
             transfer.error = go_errors.TIMEOUT_AWAITING_HEADERS
@@ -313,7 +313,7 @@ class _Attempt:
             await self.discard(exchange, hooks.hook_discard_budget(length), ctx)
             return self.response(head.status, b"")
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 body = await exchange.read_body(response.MAX_BODY_BYTES)
         except TimeoutError:
             transfer.error = go_errors.TIMEOUT_READING_BODY
@@ -328,7 +328,7 @@ class _Attempt:
         if not budget:
             return
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 await exchange.read_body(budget)
             exchange.settle()
         except (TimeoutError, StreamError):
