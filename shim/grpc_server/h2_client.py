@@ -14,7 +14,7 @@ from hpack.exceptions import HPACKError
 
 from shim.grpc_server.h2_connection import (
     COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,
-    _Stream,
+    Stream,
 )
 
 MAX_STREAM_ID = 2**31 - 1
@@ -41,7 +41,7 @@ class ClientConnection(ServerConnection):
             raise ConnectionError_(PROTOCOL_ERROR, "stream ids used up")  # the caller opens a new connection
         self._next_stream_id += 2
         self.last_stream_id = stream_id
-        stream = self._streams[stream_id] = _Stream(self._peer_window)
+        stream = self._streams[stream_id] = Stream(self._peer_window)
         self._headers_frames(stream_id, block, False)
         stream.pending.append(body)
         stream.end_with_data = True

@@ -4,12 +4,8 @@ Bytes in (`receive`), events out; `send_headers` / `send_data` / `reset` queue f
 It never touches a socket, so every rule is tested without one, with python-hyper's h2 as the peer
 (tests/unit/test_grpc_server_h2.py): whatever h2's client accepts from it, and what it does with h2's frames.
 
-Why not h2's own server state machine: it is the reference, but it spends about 0.3 ms of CPU per unary call on a
-2-core machine (as much as grpcio's whole server; bench/profiles/2026-11-27-grpc-server/), and the daemon's budget
-for a bridged probe is 0.4 ms in all. gRPC needs a small part of HTTP/2: no server push, no priorities, requests that
-are one HEADERS block and DATA, answers that are HEADERS, DATA and trailing HEADERS. Header blocks are still decoded
-by hpack's Decoder (the library, with its dynamic table and Huffman codes); the blocks this side sends are literals
-that never touch a dynamic table (grpc_wire.py), so there is no encoder state to keep.
+Not h2's own state machine, which is the reference but costs as much CPU per call as grpcio's whole server (see
+server.py). Header blocks are decoded by hpack's Decoder; the blocks this side sends are literals (grpc_wire.py).
 
 Flow control: what a client sends is acknowledged as it arrives (a WINDOW_UPDATE once half a window is used); the
 caller bounds what it buffers (a message is at most 16 MiB). What this side sends waits for the client's windows,
@@ -22,116 +18,24 @@ after this side's GOAWAY are ignored (the client retries them on a new connectio
 
 from __future__ import annotations
 
-import struct
 from collections import deque
-from dataclasses import dataclass
 
 import hpack
 from hpack.exceptions import HPACKError
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
-ENHANCE_YOUR_CALM = 0xB
-
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = (
-    range(1, 7))
-
-DEFAULT_WINDOW = 65_535
-DEFAULT_FRAME_SIZE = 16_384
-MAX_WINDOW = 2**31 - 1
-
-# What this side announces. Large receive windows: a request of a few MiB (CreateContainer) arrives without waiting
-# for window updates; the memory is bounded by the caller's message limit, not by the window.
-STREAM_WINDOW = 4 * 1024 * 1024
-CONNECTION_WINDOW = 16 * 1024 * 1024
-CONCURRENT_STREAMS = 4096  # REFUSED_STREAM beyond: clients retry it (grpc-go and grpc core both do)
-HEADER_LIST_LIMIT = 64 * 1024  # a request's header block, decoded; grpc clients send a few hundred bytes
-
-_FRAME_HEAD = struct.Struct(">HBBBL")  # 24-bit length as 16+8 bits, type, flags, R + stream id
-_SETTING = struct.Struct(">HL")
-_U32 = struct.Struct(">L")
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    size = len(payload)
-    return _FRAME_HEAD.pack(size >> 8, size & 0xFF, kind, flags, stream_id) + payload
-
-
-def settings_payload(settings: dict[int, int]) -> bytes:
-    return b"".join(_SETTING.pack(key, value) for key, value in settings.items())
-
-
-class ConnectionError_(Exception):
-    """A rule of the connection was broken: GOAWAY with `code`."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
-# --- events ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class StreamOpened:
-    stream_id: int
-    headers: list[tuple[bytes, bytes]]
-    ended: bool  # the request has no body (END_STREAM on its HEADERS)
-
-
-@dataclass(slots=True)
-class DataReceived:
-    stream_id: int
-    data: bytes
-    ended: bool
-
-
-@dataclass(slots=True)
-class StreamEnded:
-    """The client closed its side with a trailing HEADERS block (gRPC clients end with DATA instead)."""
-    stream_id: int
-
-
-@dataclass(slots=True)
-class StreamReset:
-    stream_id: int
-    code: int
-
-
-@dataclass(slots=True)
-class ConnectionEnded:
-    """GOAWAY was sent (error_code != NO_ERROR: a rule was broken) or received; no new stream will open."""
-    error_code: int
-    reason: str
-    by_peer: bool
-    last_stream_id: int = 0  # of a GOAWAY received: the peer's last stream served; later ones never were
-
-
-Event = StreamOpened | DataReceived | StreamEnded | StreamReset | ConnectionEnded
+from shim.grpc_server.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for the client's side
+    PREFACE, DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE,
+    CONTINUATION, END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG, NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR,
+    FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR,
+    ENHANCE_YOUR_CALM, HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
+    MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE, DEFAULT_WINDOW, DEFAULT_FRAME_SIZE, MAX_WINDOW, STREAM_WINDOW,
+    CONNECTION_WINDOW, CONCURRENT_STREAMS, HEADER_LIST_LIMIT, _FRAME_HEAD, _SETTING, _U32, frame,
+    settings_payload, ConnectionError_, StreamOpened, DataReceived, StreamEnded, StreamReset, ConnectionEnded,
+    Event, Stream, unpadded,
+)
 
 
 # --- the connection --------------------------------------------------------------------------------------------
-
-
-class _Stream:
-    __slots__ = ("send_window", "pending", "trailers", "end_with_data", "remote_open", "local_open", "unacked")
-
-    def __init__(self, send_window: int) -> None:
-        self.send_window = send_window
-        self.pending: deque[bytes] = deque()  # DATA payload waiting for a window
-        self.trailers: bytes | None = None  # a closing header block to send once `pending` is out
-        self.end_with_data = False  # or: an empty DATA frame with END_STREAM once `pending` is out (a client's)
-        self.remote_open = True
-        self.local_open = True
-        self.unacked = 0  # received bytes not yet given back to the client's stream window
 
 
 class ServerConnection:
@@ -140,7 +44,7 @@ class ServerConnection:
         self._buffer = bytearray()
         self._preface_seen = False
         self._decoder = hpack.Decoder(max_header_list_size=HEADER_LIST_LIMIT)
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._max_streams = max_concurrent_streams
         self.last_stream_id = 0
         self._peer_window = DEFAULT_WINDOW  # SETTINGS_INITIAL_WINDOW_SIZE of the client
@@ -200,7 +104,7 @@ class ServerConnection:
         elif kind == HEADERS:
             if stream_id == 0:
                 raise ConnectionError_(PROTOCOL_ERROR, "HEADERS on stream 0")
-            block = _unpadded(flags, payload)
+            block = unpadded(flags, payload)
             if flags & PRIORITY_FLAG:
                 block = block[5:]
             if flags & END_HEADERS:
@@ -269,7 +173,7 @@ class ServerConnection:
             events.append(StreamReset(stream_id, STREAM_CLOSED))
             return
         stream.unacked += len(payload)
-        data = _unpadded(flags, payload)
+        data = unpadded(flags, payload)
         ended = bool(flags & END_STREAM)
         if ended:
             self._remote_closed(stream_id, stream)
@@ -300,7 +204,7 @@ class ServerConnection:
         if len(self._streams) >= self._max_streams:
             self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
             return
-        stream = self._streams[stream_id] = _Stream(self._peer_window)
+        stream = self._streams[stream_id] = Stream(self._peer_window)
         if ended:
             self._remote_closed(stream_id, stream)
         events.append(StreamOpened(stream_id, headers, ended))
@@ -355,7 +259,7 @@ class ServerConnection:
         stream.send_window += increment
         self._flush(stream_id, stream)
 
-    def _remote_closed(self, stream_id: int, stream: _Stream) -> None:
+    def _remote_closed(self, stream_id: int, stream: Stream) -> None:
         stream.remote_open = False
         if not stream.local_open:
             del self._streams[stream_id]
@@ -448,12 +352,12 @@ class ServerConnection:
             chunk, rest = rest[:size], rest[size:]
             self._out.append(frame(CONTINUATION, 0 if rest else END_HEADERS, stream_id, chunk))
 
-    def _local_closed(self, stream_id: int, stream: _Stream) -> None:
+    def _local_closed(self, stream_id: int, stream: Stream) -> None:
         stream.local_open = False
         if not stream.remote_open:
             del self._streams[stream_id]
 
-    def _flush(self, stream_id: int, stream: _Stream) -> None:
+    def _flush(self, stream_id: int, stream: Stream) -> None:
         pending = stream.pending
         while pending:
             room = min(stream.send_window, self._send_window, self._peer_frame_size)
@@ -488,11 +392,3 @@ class ServerConnection:
                 self._flush(stream_id, stream)
             if self._send_window <= 0:
                 return
-
-
-def _unpadded(flags: int, payload: bytes) -> bytes:
-    if not flags & PADDED:
-        return payload
-    if not payload or payload[0] >= len(payload):
-        raise ConnectionError_(PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1:len(payload) - payload[0]]
