@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from shim import grpc_tuning
+from shim import event_loop, grpc_tuning
 from shim.observe import logs
 from shim.config import Config, ConfigError, load
 from shim.state.store import StoreError
@@ -66,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     from shim import daemon as server  # after logging is set up; imports grpc
 
     try:
-        asyncio.run(server.serve(config))
+        factory = event_loop.loop_factory(os.environ)
+    except event_loop.UnknownLoop as exc:
+        print(f"probe-shim: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(server.serve(config))
     # ConfigError: e.g. a socket_group that does not exist; StoreError: e.g. a read-only state dir.
     except (server.AlreadyServing, ConfigError, StoreError) as exc:
         logging.getLogger(__spec__.name if __spec__ else __name__).error("%s", exc)

@@ -35,6 +35,7 @@ from shim.bridge.containers import CriContainers
 from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri.proxy import cri_proxy_handler, forwarding_channel, upstream_channel
+from shim.event_loop import loop_name
 from shim.grpc_server.server import Server
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
@@ -204,6 +205,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
         log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
+                                   "event_loop": loop_name(asyncio.get_running_loop()),
                                    "instance_id": board.instance_id, "state_dir": config.state_dir})
         if ready is not None:
             ready.set()
