@@ -93,29 +93,35 @@ class Call:
     # --- from the connection ---------------------------------------------------------------------------------
 
     def on_headers(self, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
+        try:
+            metadata = grpc_wire.response_metadata(headers)
+        except grpc_wire.InvalidMetadata as error:
+            self._fail(CallError(grpc.StatusCode.INTERNAL, str(error), self._initial()))
+            return
         if not self._headers.done():
             status = next((value for name, value in headers if name == b":status"), b"")
-            if status != b"200":
+            if status != b"200":  # grpc-go's rule (the kubelet's): the HTTP status wins over a grpc-status
                 code = HTTP_STATUS_CODES.get(status, grpc.StatusCode.UNKNOWN)
-                self._end(CallError(code, f"Received http2 header with status: {status.decode('latin-1')}"))
+                self._fail(CallError(code, f"Received http2 header with status: {status.decode('latin-1')}"))
+                return
+            content_type = next((value for name, value in headers if name == b"content-type"), None)
+            if content_type is not None and not content_type.startswith(grpc_wire.GRPC_CONTENT_TYPE):
+                self._fail(CallError(grpc.StatusCode.UNKNOWN, f"unexpected content-type {content_type!r}"))
                 return
             encoding = next((value for name, value in headers if name == b"grpc-encoding"), b"identity")
             self._reader = grpc_wire.MessageReader(MAX_MESSAGE_BYTES, encoding)
             if not ended:  # else Trailers-Only: no initial metadata, only trailers
-                self._headers.set_result(grpc_wire.response_metadata(headers))
+                self._headers.set_result(metadata)
                 return
             self._headers.set_result(())
         if not ended:
             return
+        self._trailing = metadata
         code_text = next((value for name, value in headers if name == b"grpc-status"), None)
-        details = next((value for name, value in headers if name == b"grpc-message"), b"")
-        self._trailing = grpc_wire.response_metadata(headers)
-        code = CODES.get(int(code_text)) if code_text and code_text.isdigit() else None
-        if code is None:
-            self._end(CallError(grpc.StatusCode.UNKNOWN, "the runtime's answer has no valid grpc-status",
-                                self._initial(), self._trailing))
-        elif code is not grpc.StatusCode.OK:
-            self._end(CallError(code, grpc_wire.percent_decoded(details), self._initial(), self._trailing))
+        details = grpc_wire.percent_decoded(next((value for name, value in headers if name == b"grpc-message"), b""))
+        error = status_error(code_text, details)
+        if error is not None:
+            self._end(CallError(error.code, error.details, self._initial(), metadata))
         elif self._reader.partial:
             self._end(CallError(grpc.StatusCode.INTERNAL, "the answer ended inside a message"))
         else:
@@ -133,12 +139,9 @@ class Call:
         self._wake()
 
     def on_reset(self, code: int) -> None:
-        if code == REFUSED_STREAM:
-            self._end(CallError(grpc.StatusCode.UNAVAILABLE, "the runtime refused the stream"))
-        elif code == CANCEL:
-            self._end(CallError(grpc.StatusCode.CANCELLED, "Received RST_STREAM with error code 8"))
-        else:
-            self._end(CallError(grpc.StatusCode.INTERNAL, f"Received RST_STREAM with error code {code}"))
+        status = {REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE, CANCEL: grpc.StatusCode.CANCELLED}.get(
+            code, grpc.StatusCode.INTERNAL)
+        self._end(CallError(status, f"Received RST_STREAM with error code {code}"))
 
     def on_lost(self, details: str) -> None:
         self._end(CallError(grpc.StatusCode.UNAVAILABLE, details))
@@ -152,6 +155,11 @@ class Call:
         if not self._status.done():
             self._connection.reset(self.stream_id)
             self._end(CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _fail(self, error: CallError) -> None:
+        """Ends the call before the runtime did: the rest of its answer is refused."""
+        self._connection.reset(self.stream_id)
+        self._end(error)
 
     def _end(self, error: CallError | None) -> None:
         if self._status.done():
@@ -269,10 +277,9 @@ class Channel:
             call.cancel()
             raise
         call._raise_error()
-        if len(call._messages) != 1:
-            raise CallError(grpc.StatusCode.INTERNAL if call._messages else grpc.StatusCode.UNIMPLEMENTED,
-                            f"expected one response message, got {len(call._messages)}", call._initial(),
-                            call._trailing)
+        if len(call._messages) != 1:  # a cardinality violation: UNIMPLEMENTED (grpc's doc/statuscodes.md)
+            raise CallError(grpc.StatusCode.UNIMPLEMENTED, f"expected one response message, got "
+                            f"{len(call._messages)}", call._initial(), call._trailing)
         return call._initial(), call._messages[0], call._trailing
 
     async def stream(self, path: str, request: bytes, metadata=(), timeout_s: float | None = None) -> Call:
@@ -346,6 +353,18 @@ class Channel:
         self._backoff_s = INITIAL_BACKOFF_S
         self._connection = connection
         return connection
+
+
+def status_error(code_text: bytes | None, details: str) -> CallError | None:
+    """The trailers' grpc-status as grpc's clients read it: None for OK."""
+    if code_text is None:
+        return CallError(grpc.StatusCode.UNKNOWN, "No status received")
+    try:
+        number = int(code_text)
+    except ValueError:
+        return CallError(grpc.StatusCode.INTERNAL, "Error parsing 'grpc-status' metadata")
+    code = CODES.get(number, grpc.StatusCode.UNKNOWN)  # a number no client knows: UNKNOWN, the details kept
+    return None if code is grpc.StatusCode.OK else CallError(code, details)
 
 
 def timeout_text(timeout_s: float) -> bytes:

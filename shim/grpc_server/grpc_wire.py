@@ -267,7 +267,8 @@ literal = _literal
 
 
 def response_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
-    """A response's metadata as grpc's clients hand it over: no pseudo-headers or transport headers, -bin decoded."""
+    """A response's metadata as grpc's clients hand it over: no pseudo-headers or transport headers, -bin decoded.
+    Raises InvalidMetadata for binary metadata that is not base64 (grpc core then fails the call INTERNAL)."""
     metadata: list[tuple[str, str | bytes]] = []
     for name, value in headers:
         if name[:1] == b":" or name in TRANSPORT_HEADERS:
@@ -275,18 +276,19 @@ def response_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, st
         key = name.decode("latin-1")
         if key.endswith("-bin"):
             try:
-                metadata.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+                metadata.append((key, base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)))
             except (binascii.Error, ValueError):
-                continue  # grpc's clients drop what they cannot decode
+                raise InvalidMetadata(f"Error parsing '{key}' metadata: illegal base64 encoding") from None
         else:
             metadata.append((key, value.decode("latin-1")))
     return tuple(metadata)
 
 
 def percent_decoded(raw: bytes) -> str:
-    """grpc-message back to text: %XX sequences to bytes, then UTF-8 (invalid sequences kept, as grpc does)."""
+    """grpc-message back to text: %XX sequences to bytes (invalid sequences kept, as grpc does), then UTF-8, or
+    Latin-1 when that fails, as grpcio hands details over (grpc/_common.py decode)."""
     if b"%" not in raw:
-        return raw.decode("utf-8", "replace")
+        return _text(raw)
     out = bytearray()
     index = 0
     while index < len(raw):
@@ -297,7 +299,14 @@ def percent_decoded(raw: bytes) -> str:
         else:
             out.append(byte)
             index += 1
-    return out.decode("utf-8", "replace")
+    return _text(bytes(out))
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _is_hex(pair: bytes) -> bool:
