@@ -32,8 +32,9 @@ class PhaseRecord:
             name=self.name,
             start_offset_ns=self.start_ns - origin_ns,
             duration_ns=self.duration_ns,
-            detail=_clip(self.detail),
-            error=_clip(self.error),
+            # Inline length checks: most texts are short, and two calls per phase add up (4 phases per attempt).
+            detail=self.detail if len(self.detail) <= MAX_PHASE_TEXT_CHARS else _clip(self.detail),
+            error=self.error if len(self.error) <= MAX_PHASE_TEXT_CHARS else _clip(self.error),
         )
         if self.children:
             phase.children.extend(c.to_proto(origin_ns) for c in self.children)
