@@ -53,3 +53,16 @@ def test_a_cancelled_phase_says_deadline_exceeded_and_keeps_an_earlier_error():
     processing, transfer = trace.to_proto()
     assert (processing.error, processing.duration_ns) == ("deadline exceeded", 7)
     assert transfer.error == "unexpected EOF"
+
+
+def test_a_long_detail_or_error_is_clipped_and_a_short_one_kept_as_it_is():
+    from probe_worker.trace import MAX_PHASE_TEXT_CHARS
+
+    trace = Trace(FakeClock())
+    with trace.phase("redirect", "x" * (MAX_PHASE_TEXT_CHARS + 1)) as record:
+        record.error = "e" * (10 * MAX_PHASE_TEXT_CHARS)
+    with trace.phase("connect", "y" * MAX_PHASE_TEXT_CHARS) as record:
+        record.error = "refused"
+    long, short = trace.to_proto()
+    assert (long.detail, long.error) == ("x" * MAX_PHASE_TEXT_CHARS + "...", "e" * MAX_PHASE_TEXT_CHARS + "...")
+    assert (short.detail, short.error) == ("y" * MAX_PHASE_TEXT_CHARS, "refused")
