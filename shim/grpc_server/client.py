@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import sys
 from collections.abc import AsyncIterator
 
@@ -25,6 +24,7 @@ import grpc
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.grpc_server import grpc_wire
+from shim.grpc_server.client_rules import HTTP_STATUS_CODES, CallError, status_error, timeout_text
 from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
 from shim.grpc_server.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
 
@@ -32,23 +32,6 @@ USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.
 INITIAL_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 3.0
 CONNECT_TIMEOUT_S = 5.0
-# HTTP statuses that are not gRPC's answer, as grpc's clients map them (doc/http-grpc-status-mapping.md).
-HTTP_STATUS_CODES = {b"400": grpc.StatusCode.INTERNAL, b"401": grpc.StatusCode.UNAUTHENTICATED,
-                     b"403": grpc.StatusCode.PERMISSION_DENIED, b"404": grpc.StatusCode.UNIMPLEMENTED,
-                     b"429": grpc.StatusCode.UNAVAILABLE, b"502": grpc.StatusCode.UNAVAILABLE,
-                     b"503": grpc.StatusCode.UNAVAILABLE, b"504": grpc.StatusCode.UNAVAILABLE}
-CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-class CallError(Exception):
-    """The call ended with a status other than OK (the runtime's, or the transport's)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, initial_metadata=(), trailing_metadata=()) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self.code, self.details = code, details
-        self.initial_metadata, self.trailing_metadata = tuple(initial_metadata), tuple(trailing_metadata)
-
-
 class Call:
     """One call's answer as it arrives: initial metadata, messages, then the status."""
 
@@ -189,6 +172,7 @@ class _Connection(asyncio.Protocol):
         self.calls: dict[int, Call] = {}
         self.usable = True
         self._transport: asyncio.Transport | None = None
+        self._stream_freed: asyncio.Future[None] | None = None  # for callers waiting for the server's stream limit
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -217,6 +201,7 @@ class _Connection(asyncio.Protocol):
         self.usable = False
         for call in list(self.calls.values()):
             call.on_lost(f"the runtime's connection was lost: {exc or 'closed'}")
+        self._wake()
 
     def open(self, block: bytes, body: bytes, timeout_s: float | None) -> Call:
         stream_id = self.h2.open_stream(block, body)
@@ -234,6 +219,18 @@ class _Connection(asyncio.Protocol):
         self.calls.pop(stream_id, None)
         if not self.usable and not self.calls and self._transport is not None:
             self._transport.close()
+        self._wake()
+
+    async def stream_freed(self) -> None:
+        """Returns when a stream has ended or the connection can no longer be used."""
+        if self._stream_freed is None:
+            self._stream_freed = self.loop.create_future()
+        await asyncio.shield(self._stream_freed)  # shared: one waiter's cancellation must not end the others' wait
+
+    def _wake(self) -> None:
+        if self._stream_freed is not None:
+            self._stream_freed.set_result(None)
+            self._stream_freed = None
 
     def flush(self) -> None:
         data = self.h2.data_to_send()
@@ -254,6 +251,7 @@ class _Connection(asyncio.Protocol):
                 call.on_lost(f"the runtime ended the connection (GOAWAY {event.error_code}: {event.reason})")
         if not self.calls and self._transport is not None:
             self._transport.close()
+        self._wake()
 
 
 class Channel:
@@ -300,8 +298,16 @@ class Channel:
             raise CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"Sent message larger than max ({len(request)} vs. {MAX_MESSAGE_BYTES})")
         connection = self._connection
-        if connection is None or not connection.usable:
-            connection = await self._connect()
+        if connection is None or not connection.usable or not connection.h2.may_open:
+            # Rarely: a connection to open, or a stream the server's limit lets open; both within the deadline.
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout_s is None else loop.time() + timeout_s
+            try:
+                connection = await asyncio.wait_for(self._ready_connection(), timeout_s)
+            except TimeoutError:
+                raise CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            if deadline is not None:
+                timeout_s = deadline - loop.time()
         head = self._heads.get(path)
         if head is None:
             head = self._heads[path] = self._request_head(path)
@@ -317,6 +323,15 @@ class Channel:
             (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode("latin-1")),
             (b":authority", b"localhost"), (b"content-type", grpc_wire.GRPC_CONTENT_TYPE), (b"te", b"trailers"),
             (b"user-agent", self._user_agent)))
+
+    async def _ready_connection(self) -> _Connection:
+        while True:
+            connection = self._connection
+            if connection is None or not connection.usable:
+                connection = await self._connect()
+            if connection.h2.may_open:
+                return connection
+            await connection.stream_freed()
 
     async def _connect(self) -> _Connection:
         connecting = self._connecting
@@ -353,27 +368,6 @@ class Channel:
         self._backoff_s = INITIAL_BACKOFF_S
         self._connection = connection
         return connection
-
-
-def status_error(code_text: bytes | None, details: str) -> CallError | None:
-    """The trailers' grpc-status as grpc's clients read it: None for OK."""
-    if code_text is None:
-        return CallError(grpc.StatusCode.UNKNOWN, "No status received")
-    try:
-        number = int(code_text)
-    except ValueError:
-        return CallError(grpc.StatusCode.INTERNAL, "Error parsing 'grpc-status' metadata")
-    code = CODES.get(number, grpc.StatusCode.UNKNOWN)  # a number no client knows: UNKNOWN, the details kept
-    return None if code is grpc.StatusCode.OK else CallError(code, details)
-
-
-def timeout_text(timeout_s: float) -> bytes:
-    """grpc-timeout: the finest unit whose count fits in 8 digits, rounded up."""
-    for unit, seconds in ((b"u", 1e-6), (b"m", 1e-3), (b"S", 1.0), (b"M", 60.0), (b"H", 3600.0)):
-        count = math.ceil(max(timeout_s, 0.0) / seconds)
-        if count < 100_000_000:
-            return b"%d%s" % (max(count, 1), unit)
-    return b"99999999H"
 
 
 async def messages(call: Call) -> AsyncIterator[bytes]:

@@ -3,7 +3,8 @@
 Everything the two sides share (frames, SETTINGS, PING, WINDOW_UPDATE and both directions of flow control,
 GOAWAY, RST_STREAM) is h2_connection.ServerConnection's; this side differs where RFC 9113 makes the sides differ:
 it sends the preface, it opens the (odd) streams, and the header blocks it receives are responses: a stream's first
-block is the response's headers (ResponseHeaders), a block with END_STREAM its trailers (or, first, both).
+block is the response's headers (ResponseHeaders), a block with END_STREAM its trailers (or, first, both); and
+it keeps to the server's SETTINGS_MAX_CONCURRENT_STREAMS (`may_open`: the caller waits while it is False).
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from dataclasses import dataclass
 
 from hpack.exceptions import HPACKError
 
+import struct
+
 from shim.grpc_server.h2_connection import (
     COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,
     Stream,
 )
+from shim.grpc_server.h2_frames import ACK, MAX_CONCURRENT_STREAMS
 
 MAX_STREAM_ID = 2**31 - 1
+_SETTING = struct.Struct(">HL")
 
 
 @dataclass(slots=True)
@@ -33,6 +38,12 @@ class ClientConnection(ServerConnection):
         self._out.insert(0, PREFACE)  # before this side's SETTINGS, which the base queued
         self._preface_seen = True  # a server sends no preface: its first frame is its SETTINGS
         self._next_stream_id = 1
+        self.peer_max_streams = MAX_STREAM_ID  # unlimited until the server's SETTINGS say otherwise
+
+    @property
+    def may_open(self) -> bool:
+        """A new stream stays within the server's SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113 5.1.2)."""
+        return len(self._streams) < self.peer_max_streams
 
     def open_stream(self, block: bytes, body: bytes) -> int:
         """A request: its header block, then `body` (DATA, ending the request) as the server's windows allow."""
@@ -47,6 +58,14 @@ class ClientConnection(ServerConnection):
         stream.end_with_data = True
         self._flush(stream_id, stream)
         return stream_id
+
+    def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        super()._settings(flags, stream_id, payload)  # first: it refuses a malformed frame
+        if not flags & ACK:
+            for offset in range(0, len(payload), 6):
+                key, value = _SETTING.unpack_from(payload, offset)
+                if key == MAX_CONCURRENT_STREAMS:
+                    self.peer_max_streams = value
 
     def _end(self, code: int, reason: str) -> ConnectionEnded:
         # A GOAWAY names the last stream its *receiver* opened (RFC 9113 6.8): a server opens none here (push is

@@ -19,6 +19,7 @@ import grpc.aio
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import pytest
 
 from shim.grpc_server.client import CallError, Channel
@@ -40,11 +41,15 @@ def answer(*frames) -> list:
 class ScriptedRuntime(asyncio.Protocol):
     """An HTTP/2 server that answers every request with `script` (h2 checks nothing it sends: odd is the point)."""
 
-    def __init__(self, script: list) -> None:
+    def __init__(self, script: list, max_streams: int | None = None) -> None:
         self._script = script
         config = h2.config.H2Configuration(client_side=False, header_encoding=None,
                                            validate_outbound_headers=False, normalize_outbound_headers=False)
         self._h2 = h2.connection.H2Connection(config)
+        if max_streams is not None:  # h2 raises TooManyStreamsError for a stream over it: the connection breaks
+            self._h2.local_settings = h2.settings.Settings(
+                client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams})
+        self.most_open = 0
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -53,6 +58,7 @@ class ScriptedRuntime(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         for event in self._h2.receive_data(data):
+            self.most_open = max(self.most_open, self._h2.open_inbound_streams)
             if isinstance(event, h2.events.DataReceived):
                 self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
@@ -192,4 +198,27 @@ def test_an_http_error_status_wins_over_a_grpc_status():
             (b":status", b"404"), (b"content-type", b"application/grpc"), (b"grpc-status", b"7")], True)))
         assert ours[:2] == ("UNIMPLEMENTED", "Received http2 header with status: 404")
         assert theirs[0] == "PERMISSION_DENIED"
+    run(scenario())
+
+
+def test_calls_over_the_runtime_max_concurrent_streams_wait_for_a_stream_to_end():
+    async def scenario():
+        directory = tempfile.mkdtemp(prefix="grpccli-")
+        runtimes: list[ScriptedRuntime] = []
+
+        def limited() -> ScriptedRuntime:
+            runtimes.append(ScriptedRuntime(answer(("headers", OK, False), ("data", message(b"r")),
+                                                   ("headers", STATUS_0, True)), max_streams=10))
+            return runtimes[-1]
+        server = await asyncio.get_running_loop().create_unix_server(limited, f"{directory}/raw.sock")
+        channel = Channel(f"unix:{directory}/raw.sock")
+        try:
+            assert (await bounded(channel.unary("/t.T/M", b"first")))[1] == b"r"  # the server's SETTINGS are in
+            answers = await bounded(asyncio.gather(*(channel.unary("/t.T/M", b"%d" % n) for n in range(100))))
+            assert [response for _, response, _ in answers] == [b"r"] * 100
+            assert len(runtimes) == 1 and runtimes[0].most_open == 10
+        finally:
+            await channel.close()
+            server.close()
+            shutil.rmtree(directory, ignore_errors=True)
     run(scenario())

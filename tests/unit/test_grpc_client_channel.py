@@ -18,8 +18,8 @@ import grpc.aio
 import pytest
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
-from shim.grpc_server import client as client_module
 from shim.grpc_server.client import Call, CallError, Channel, messages
+from shim.grpc_server.client_rules import timeout_text
 
 BOUND = 10.0  # seconds for what must happen; a hang fails the test instead of blocking the suite
 UNARY, STREAM = "/test.Runtime/Unary", "/test.Runtime/Stream"
@@ -346,9 +346,9 @@ def test_100_concurrent_calls_share_one_connection():
 
 
 def test_timeout_text_is_the_finest_unit_that_fits_in_eight_digits():
-    assert client_module.timeout_text(0.25) == b"250000u"
-    assert client_module.timeout_text(0) == b"1u"
-    assert client_module.timeout_text(-1) == b"1u"
-    assert client_module.timeout_text(150.0) == b"150000m"
-    assert client_module.timeout_text(10**9) == b"16666667M"
-    assert client_module.timeout_text(10**12) == b"99999999H"
+    assert timeout_text(0.25) == b"250000u"
+    assert timeout_text(0) == b"1u"
+    assert timeout_text(-1) == b"1u"
+    assert timeout_text(150.0) == b"150000m"
+    assert timeout_text(10**9) == b"16666667M"
+    assert timeout_text(10**12) == b"99999999H"

@@ -228,3 +228,21 @@ def test_a_runtime_that_accepts_and_hangs_up_is_unavailable(sockdir):
         await channel.close()
         server.close()
     run(scenario())
+
+
+def test_the_deadline_counts_the_time_spent_connecting(sockdir):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        dialing = asyncio.Event()
+
+        async def stuck_dial(*args, **kwargs):  # a runtime whose socket never accepts
+            dialing.set()
+            await asyncio.Event().wait()
+        loop.create_unix_connection = stuck_dial
+        channel = Channel(f"unix:{sockdir}/stuck.sock")
+        started = loop.time()
+        error = await call_error(channel.unary(UNARY, b"", timeout_s=0.2))
+        assert error.code is grpc.StatusCode.DEADLINE_EXCEEDED and dialing.is_set()
+        assert loop.time() - started < client_module.CONNECT_TIMEOUT_S
+        await channel.close()
+    run(scenario())

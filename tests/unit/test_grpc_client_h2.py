@@ -139,6 +139,17 @@ def test_streams_are_odd_and_increasing(pair):
     assert sorted(e.stream_id for e in pair.take_server(h2.events.StreamEnded)) == [1, 3, 5]
 
 
+def test_new_streams_keep_to_the_server_max_concurrent_streams():
+    connected = Pair(server_settings={Codes.MAX_CONCURRENT_STREAMS: 2})
+    assert connected.client.may_open  # before the server's SETTINGS: no limit known
+    connected.pump()
+    first, _ = connected.request(), connected.request()
+    assert not connected.client.may_open
+    connected.server.send_headers(first, RESPONSE_HEADERS + [(b"grpc-status", b"0")], end_stream=True)
+    connected.pump()
+    assert connected.client.may_open  # the first stream closed on both sides
+
+
 def test_stream_ids_used_up_is_a_connection_error_the_caller_sees():
     client = ClientConnection()
     client._next_stream_id = hc.MAX_WINDOW + 2  # past 2^31-1: no id left
