@@ -251,6 +251,51 @@ def test_gzip_compressed_responses_arrive_inflated(monkeypatch):
     run(scenario())
 
 
+def failing_stream(count: int):
+    async def stream(request, context):
+        if count:
+            await context.send_initial_metadata((("x-initial", "i"),))
+        for index in range(count):
+            yield b"%d" % index
+        context.set_trailing_metadata((("x-trailer-bin", b"\xff"),))
+        await context.abort(grpc.StatusCode.NOT_FOUND, "gone 100%")
+    return stream
+
+
+@pytest.mark.parametrize("count", [0, 3], ids=["trailers-only", "after-messages"])
+def test_a_stream_that_fails_gives_its_messages_then_the_status_as_grpcio_sees_them(count):
+    async def scenario():
+        async with runtime(Methods(stream=failing_stream(count))) as rt, channels(rt.target) as (ours, ref):
+            call = await bounded(ours.stream(STREAM, b""))
+            initial = await bounded(call.initial_metadata())
+            received = [await bounded(call.read()) for _ in range(count)]
+            error = await call_error(call.read())
+            reference = ref.unary_stream(STREAM)(b"")
+            theirs = []
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for message in reference:
+                    theirs.append(message)
+            assert received == theirs == [b"%d" % index for index in range(count)]
+            assert initial == tuple(await reference.initial_metadata())
+            assert (error.code, error.details) == (caught.value.code(), caught.value.details())
+            assert error.trailing_metadata == tuple(caught.value.trailing_metadata())
+            assert await call.trailing_metadata() == error.trailing_metadata
+    run(scenario())
+
+
+def test_closing_the_channel_ends_its_calls_unavailable():
+    parked = Parked()
+
+    async def scenario():
+        async with runtime(Methods(unary=parked.handle)) as rt, channels(rt.target) as (ours, _):
+            in_flight = asyncio.ensure_future(ours.unary(UNARY, b""))
+            await bounded(parked.started.wait())
+            await ours.close()
+            assert (await call_error(in_flight)).code is grpc.StatusCode.UNAVAILABLE
+            await bounded(parked.cancelled.wait())
+    run(scenario())
+
+
 # --- deadlines and cancellation ---------------------------------------------------------------------------------
 
 
