@@ -299,15 +299,7 @@ class Channel:
                             f"Sent message larger than max ({len(request)} vs. {MAX_MESSAGE_BYTES})")
         connection = self._connection
         if connection is None or not connection.usable or not connection.h2.may_open:
-            # Rarely: a connection to open, or a stream the server's limit lets open; both within the deadline.
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout_s is None else loop.time() + timeout_s
-            try:
-                connection = await asyncio.wait_for(self._ready_connection(), timeout_s)
-            except TimeoutError:
-                raise CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-            if deadline is not None:
-                timeout_s = deadline - loop.time()
+            connection, timeout_s = await self._wait_for_stream(timeout_s)
         head = self._heads.get(path)
         if head is None:
             head = self._heads[path] = self._request_head(path)
@@ -323,6 +315,21 @@ class Channel:
             (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode("latin-1")),
             (b":authority", b"localhost"), (b"content-type", grpc_wire.GRPC_CONTENT_TYPE), (b"te", b"trailers"),
             (b"user-agent", self._user_agent)))
+
+    async def _wait_for_stream(self, timeout_s: float | None) -> tuple[_Connection, float | None]:
+        """Rarely: a connection to open, or a stream the server's limit lets open; within the deadline. Returns the
+        connection, checked last with no await before the caller opens its stream, and the time left."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            try:
+                connection = await asyncio.wait_for(self._ready_connection(), timeout_s)
+            except TimeoutError:
+                raise CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            if deadline is not None:
+                timeout_s = deadline - loop.time()
+            if connection.usable and connection.h2.may_open:  # others woken with this caller may have opened first
+                return connection, timeout_s
 
     async def _ready_connection(self) -> _Connection:
         while True:

@@ -201,7 +201,8 @@ def test_an_http_error_status_wins_over_a_grpc_status():
     run(scenario())
 
 
-def test_calls_over_the_runtime_max_concurrent_streams_wait_for_a_stream_to_end():
+@pytest.mark.parametrize("timeout_s", [None, 9.0], ids=["no-deadline", "deadline"])
+def test_calls_over_the_runtime_max_concurrent_streams_wait_for_a_stream_to_end(timeout_s):
     async def scenario():
         directory = tempfile.mkdtemp(prefix="grpccli-")
         runtimes: list[ScriptedRuntime] = []
@@ -214,7 +215,8 @@ def test_calls_over_the_runtime_max_concurrent_streams_wait_for_a_stream_to_end(
         channel = Channel(f"unix:{directory}/raw.sock")
         try:
             assert (await bounded(channel.unary("/t.T/M", b"first")))[1] == b"r"  # the server's SETTINGS are in
-            answers = await bounded(asyncio.gather(*(channel.unary("/t.T/M", b"%d" % n) for n in range(100))))
+            calls = (channel.unary("/t.T/M", b"%d" % n, timeout_s=timeout_s) for n in range(100))
+            answers = await bounded(asyncio.gather(*calls))
             assert [response for _, response, _ in answers] == [b"r"] * 100
             assert len(runtimes) == 1 and runtimes[0].most_open == 10
         finally:
