@@ -8,7 +8,7 @@ event loop's thread (h2_client.py, grpc_wire.py).
 `Channel(target)`: one HTTP/2 connection to the runtime at a time (unix:PATH or host:port, as
 probe_api.endpoints.upstream_target writes it), opened on the first call and again after it is lost or the runtime
 sent GOAWAY; while it cannot be opened, calls fail UNAVAILABLE at once and the next try waits as the kubelet's CRI
-client does (100 ms, doubling to 3 s). `unary()` and `stream()` carry metadata, a deadline (grpc-timeout, and a
+client does (100 ms, times 1.6 up to 3 s, each wait +-20%). `unary()` and `stream()` carry metadata, a deadline (grpc-timeout, and a
 local timer that resets the stream) and cancellation (RST_STREAM), and end in the runtime's status, details and
 trailing metadata exactly, or in the status grpc's own clients give for a failure of the transport.
 """
@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.grpc_server import grpc_wire
-from shim.grpc_server.client_rules import HTTP_STATUS_CODES, CallError, status_error, timeout_text
+from shim.grpc_server.client_rules import HTTP_STATUS_CODES, CallError, backoff_s, status_error, timeout_text
 from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
 from shim.grpc_server.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
 
 USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
-INITIAL_BACKOFF_S = 0.1
-MAX_BACKOFF_S = 3.0
 CONNECT_TIMEOUT_S = 5.0
 class Call:
     """One call's answer as it arrives: initial metadata, messages, then the status."""
@@ -255,12 +254,14 @@ class _Connection(asyncio.Protocol):
 
 
 class Channel:
-    def __init__(self, target: str, *, user_agent: str = USER_AGENT) -> None:
+    def __init__(self, target: str, *, user_agent: str = USER_AGENT,
+                 jitter_source: Callable[[], float] = random.random) -> None:
         self._target = target
         self._connection: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
-        self._backoff_s = INITIAL_BACKOFF_S
+        self._failures = 0  # connects failed in a row
         self._retry_at = 0.0
+        self._random = jitter_source
         self._last_error = ""
         self._user_agent = user_agent.encode()
         self._heads: dict[str, bytes] = {}
@@ -367,12 +368,12 @@ class Channel:
             _, connection = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError, ValueError) as error:
             self._last_error = f"failed to connect to {self._target}: {error}"
-            self._retry_at = loop.time() + self._backoff_s
-            self._backoff_s = min(self._backoff_s * 2, MAX_BACKOFF_S)
+            self._failures += 1
+            self._retry_at = loop.time() + backoff_s(self._failures, self._random())
             return CallError(grpc.StatusCode.UNAVAILABLE, self._last_error)
         finally:
             self._connecting = None  # done: the next call that needs a connection dials again
-        self._backoff_s = INITIAL_BACKOFF_S
+        self._failures = 0
         self._connection = connection
         return connection
 

@@ -1,4 +1,5 @@
-"""The gRPC client's pure rules (client.py does the I/O): how an answer's statuses read, and grpc-timeout's text.
+"""The gRPC client's pure rules (client.py does the I/O): how an answer's statuses read, grpc-timeout's text, and
+the reconnect backoff.
 
 The statuses are those grpc's clients give (doc/http-grpc-status-mapping.md, doc/statuscodes.md of grpc/grpc), checked
 against grpcio's client in tests/unit/test_grpc_client_answers.py.
@@ -16,6 +17,9 @@ HTTP_STATUS_CODES = {b"400": grpc.StatusCode.INTERNAL, b"401": grpc.StatusCode.U
                      b"429": grpc.StatusCode.UNAVAILABLE, b"502": grpc.StatusCode.UNAVAILABLE,
                      b"503": grpc.StatusCode.UNAVAILABLE, b"504": grpc.StatusCode.UNAVAILABLE}
 CODES = {code.value[0]: code for code in grpc.StatusCode}
+# The kubelet's CRI client (k8s.io/cri-client remote_runtime.go): grpc-go's backoff.DefaultConfig with BaseDelay
+# 100 ms and MaxDelay 3 s; multiplier 1.6 and jitter 0.2 are DefaultConfig's.
+BACKOFF_BASE_S, BACKOFF_MULTIPLIER, BACKOFF_JITTER, BACKOFF_MAX_S = 0.1, 1.6, 0.2, 3.0
 
 
 class CallError(Exception):
@@ -46,3 +50,14 @@ def timeout_text(timeout_s: float) -> bytes:
         if count < 100_000_000:
             return b"%d%s" % (max(count, 1), unit)
     return b"99999999H"
+
+
+def backoff_s(failures: int, random: float) -> float:
+    """The wait before trying again after `failures` failed connects in a row (grpc-go's backoff.Exponential);
+    `random` in [0, 1) spreads it by the jitter."""
+    delay = BACKOFF_BASE_S
+    for _ in range(failures - 1):
+        if delay >= BACKOFF_MAX_S:
+            break
+        delay *= BACKOFF_MULTIPLIER
+    return min(delay, BACKOFF_MAX_S) * (1 + BACKOFF_JITTER * (random * 2 - 1))

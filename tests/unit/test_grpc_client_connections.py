@@ -14,6 +14,7 @@ import pytest
 
 from shim.grpc_server import client as client_module
 from shim.grpc_server.client import Channel
+from shim.grpc_server.client_rules import backoff_s
 from tests.unit.test_grpc_client_channel import (
     UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
 )
@@ -63,8 +64,9 @@ def sockdir():
 def test_runtime_not_listening_is_unavailable_at_once_and_retries_are_spaced_by_the_backoff(sockdir):
     async def scenario():
         clock, dials = LoopClock(), DialCounter()
-        channel = Channel(f"unix:{sockdir}/absent.sock")
-        expected_waits = [0.1, 0.2, 0.4, 0.8, 1.6, 3.0, 3.0]  # the kubelet's CRI client: 100 ms doubling to 3 s
+        channel = Channel(f"unix:{sockdir}/absent.sock", jitter_source=lambda: 0.5)  # the middle: no jitter
+        # The kubelet's CRI client: 100 ms, times 1.6, at most 3 s.
+        expected_waits = [0.1, 0.16, 0.256, 0.4096, 0.65536, 1.048576, 1.6777216, 2.68435456, 3.0, 3.0]
         before = clock.now()
         error = await call_error(channel.unary(UNARY, b""))
         after = clock.now()  # the retry time is between before + wait and after + wait
@@ -88,7 +90,7 @@ def test_a_restarted_runtime_on_the_same_path_is_used_after_the_backoff(sockdir,
         events = Events(monkeypatch)
         clock, dials = LoopClock(), DialCounter()
         async with runtime(Methods(unary=echo), directory=sockdir) as first:
-            channel = Channel(first.target)
+            channel = Channel(first.target, jitter_source=lambda: 0.5)
             assert (await bounded(channel.unary(UNARY, b"1")))[1] == b"1"
             await first.server.stop(None)
             await bounded(events.lost.wait())
@@ -98,7 +100,7 @@ def test_a_restarted_runtime_on_the_same_path_is_used_after_the_backoff(sockdir,
         async with runtime(Methods(unary=echo), directory=sockdir) as second:
             assert (await call_error(channel.unary(UNARY, b"3"))).code is grpc.StatusCode.UNAVAILABLE
             assert dials.count == 2  # still backing off: the runtime is not tried before its time
-            clock.move_to(failed + client_module.INITIAL_BACKOFF_S + 0.001)
+            clock.move_to(failed + backoff_s(1, 0.5) + 0.001)
             assert (await bounded(channel.unary(UNARY, b"4")))[1] == b"4"
             assert (await bounded(channel.unary(UNARY, b"5")))[1] == b"5"
             assert dials.count == 3
@@ -246,3 +248,10 @@ def test_the_deadline_counts_the_time_spent_connecting(sockdir):
         assert loop.time() - started < client_module.CONNECT_TIMEOUT_S
         await channel.close()
     run(scenario())
+
+
+def test_the_backoff_grows_by_1_6_to_3_s_and_is_spread_by_20_percent():
+    assert [round(backoff_s(failures, 0.5), 4) for failures in (1, 2, 3, 9, 10, 50)] == [
+        0.1, 0.16, 0.256, 3.0, 3.0, 3.0]
+    assert backoff_s(1, 0.0) == pytest.approx(0.08) and backoff_s(1, 0.999999) == pytest.approx(0.12)
+    assert backoff_s(20, 0.0) == pytest.approx(2.4) and backoff_s(20, 0.999999) == pytest.approx(3.6)
