@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_worker.attempt import AttemptContext, Endpoint
+from probe_worker.deadline import AttemptDeadline
 from probe_worker.probes.grpc import executor as grpc_probe
 
 SERVERS = Path(__file__).resolve().parent / "servers"
@@ -53,9 +54,14 @@ def grpc_spec(port: int, service: str | None = None, timeout_ms: int = 1000, mod
 async def run_probe(port: int, service: str | None = None, timeout: float = 1.0, host: str = "127.0.0.1",
                     mode: int = spec_pb.PLAINTEXT):
     loop = asyncio.get_running_loop()
-    ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent=UA)
+    deadline = loop.time() + timeout
+    timer = AttemptDeadline(deadline)  # the attempt's one timer, as the prober gives it (probe_worker/deadline.py)
+    ctx = AttemptContext(deadline=deadline, timeout_ns=int(timeout * 1e9), user_agent=UA, timer=timer)
     started = loop.time()
-    outcome = await grpc_probe.probe(grpc_spec(port, service, mode=mode), Endpoint(host, (host,), port), ctx)
+    try:
+        outcome = await grpc_probe.probe(grpc_spec(port, service, mode=mode), Endpoint(host, (host,), port), ctx)
+    finally:
+        timer.close()
     return outcome, loop.time() - started, ctx.trace.phases
 
 

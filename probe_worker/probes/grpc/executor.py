@@ -204,7 +204,7 @@ async def _connect_once(endpoint: Endpoint, request: wire.Request, ctx: AttemptC
     try:
         with ctx.trace.phase("handshake", address) as phase:
             try:
-                async with asyncio.timeout_at(ctx.deadline):
+                async with ctx.timeout():
                     await transport.send(wire.OPENING)
                     while not transport.conn.ready:
                         await transport.receive(ctx.deadline)
@@ -226,7 +226,7 @@ async def _handshake(sock: socket.socket, address: str, ctx: AttemptContext) -> 
     stream = Stream(sock, address)
     with ctx.trace.phase("tls", address) as phase:
         try:
-            async with asyncio.timeout_at(ctx.deadline):
+            async with ctx.timeout():
                 phase.detail = await stream.start_tls(GRPC_TLS, None)
             if stream.alpn != "h2":
                 phase.error = rules.MISSING_ALPN
@@ -248,7 +248,7 @@ async def _check(transport: _Transport, ctx: AttemptContext) -> bytes | unary_ca
     """
     call = transport.call
     try:
-        async with asyncio.timeout_at(ctx.deadline):
+        async with ctx.timeout():
             while call.result is None:
                 await transport.flush()
                 if call.result is None:  # the write did not fail
