@@ -224,3 +224,11 @@ def test_calls_over_the_runtime_max_concurrent_streams_wait_for_a_stream_to_end(
             server.close()
             shutil.rmtree(directory, ignore_errors=True)
     run(scenario())
+
+
+def test_data_before_the_response_headers_is_read_as_grpcio_reads_it():
+    async def scenario():
+        ours, theirs = await both_clients(answer(("data", message(b"early")), ("headers", OK, False),
+                                                 ("headers", STATUS_0, True)))
+        assert ours == theirs == ("OK", b"early", (), ())
+    run(scenario())
