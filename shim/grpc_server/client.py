@@ -216,8 +216,8 @@ class _Connection(asyncio.Protocol):
 
     def forget(self, stream_id: int) -> None:
         self.calls.pop(stream_id, None)
-        if not self.usable and not self.calls and self._transport is not None:
-            self._transport.close()
+        if not self.usable and not self.calls:
+            self.close()
         self._wake()
 
     async def stream_freed(self) -> None:
@@ -239,6 +239,7 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.usable = False
         if self._transport is not None:
+            self.flush()  # a GOAWAY this side queued goes out first
             self._transport.close()
 
     def _ended(self, event: ConnectionEnded) -> None:
@@ -248,8 +249,8 @@ class _Connection(asyncio.Protocol):
         for stream_id, call in list(self.calls.items()):
             if stream_id > last or event.error_code:
                 call.on_lost(f"the runtime ended the connection (GOAWAY {event.error_code}: {event.reason})")
-        if not self.calls and self._transport is not None:
-            self._transport.close()
+        if not self.calls:
+            self.close()
         self._wake()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import struct
 import tempfile
 
 import grpc
@@ -15,6 +16,7 @@ import pytest
 from shim.grpc_server import client as client_module
 from shim.grpc_server.client import Channel
 from shim.grpc_server.client_rules import backoff_s
+from shim.grpc_server.h2_frames import END_HEADERS, GOAWAY, HEADERS, PROTOCOL_ERROR, SETTINGS, frame
 from tests.unit.test_grpc_client_channel import (
     UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
 )
@@ -255,3 +257,29 @@ def test_the_backoff_grows_by_1_6_to_3_s_and_is_spread_by_20_percent():
         0.1, 0.16, 0.256, 3.0, 3.0, 3.0]
     assert backoff_s(1, 0.0) == pytest.approx(0.08) and backoff_s(1, 0.999999) == pytest.approx(0.12)
     assert backoff_s(20, 0.0) == pytest.approx(2.4) and backoff_s(20, 0.999999) == pytest.approx(3.6)
+
+
+def test_a_runtime_breaking_the_protocol_gets_goaway_protocol_error_and_the_call_unavailable(sockdir):
+    received = bytearray()
+    closed = asyncio.Event()
+
+    async def rude(reader, writer):  # once a request is in: HEADERS on a stream the client never opened
+        writer.write(frame(SETTINGS, 0, 0))
+        while UNARY.encode() not in received and (data := await reader.read(65536)):  # literals: the path as is
+            received.extend(data)
+        writer.write(frame(HEADERS, END_HEADERS, 7, b"\x88"))
+        while data := await reader.read(65536):
+            received.extend(data)
+        closed.set()
+
+    async def scenario():
+        server = await asyncio.start_unix_server(rude, f"{sockdir}/rude.sock")
+        channel = Channel(f"unix:{sockdir}/rude.sock")
+        error = await call_error(channel.unary(UNARY, b"", timeout_s=5))
+        assert error.code is grpc.StatusCode.UNAVAILABLE and "GOAWAY 1" in error.details
+        await bounded(closed.wait())
+        goaway = received.find(bytes([GOAWAY, 0, 0, 0, 0, 0]), 3)  # type, flags, stream 0 after a 3-byte length
+        assert goaway > 0 and received[goaway + 6 + 4:goaway + 6 + 8] == struct.pack(">L", PROTOCOL_ERROR)
+        await channel.close()
+        server.close()
+    run(scenario())
