@@ -80,6 +80,11 @@ class ClientConnection(ServerConnection):
     def streams_left(self) -> int:
         return (MAX_STREAM_ID - self._next_stream_id) // 2
 
+    def _data(self, flags: int, stream_id: int, payload: bytes, events: list) -> None:
+        if stream_id % 2 == 0 and stream_id:  # the base drops DATA of a stream below the last one: a closed one
+            raise ConnectionError_(PROTOCOL_ERROR, f"DATA on stream {stream_id}: a server opens none")
+        super()._data(flags, stream_id, payload, events)
+
     def _header_block(self, stream_id: int, flags: int, block: bytes, events: list) -> None:
         try:
             headers = self._decoder.decode(block, raw=True)  # always: the decoder's table follows the peer's

@@ -1,6 +1,5 @@
 """The daemon's gRPC client (shim/grpc_server/client.py) through real sockets, against grpcio's aio server as the
 runtime: what a call returns is compared with what grpcio's own client gets from the same server in the same test.
-
 The connection's life (backoff, restarts, GOAWAY, a lost connection) is in test_grpc_client_connections.py.
 """
 
@@ -19,7 +18,6 @@ import pytest
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.grpc_server.client import Call, CallError, Channel, messages
-from shim.grpc_server.client_rules import timeout_text
 
 BOUND = 10.0  # seconds for what must happen; a hang fails the test instead of blocking the suite
 UNARY, STREAM = "/test.Runtime/Unary", "/test.Runtime/Stream"
@@ -86,6 +84,10 @@ def run(scenario) -> None:
 
 async def bounded(awaitable):
     return await asyncio.wait_for(awaitable, BOUND)
+
+
+async def collect(iterator) -> list:
+    return [item async for item in iterator]
 
 
 async def call_error(awaitable) -> CallError:
@@ -168,10 +170,6 @@ def test_server_streaming_of_many_messages_over_a_mib_arrives_in_order(transport
             assert received == [message async for message in ref.unary_stream(STREAM)(b"")]
             assert await call.trailing_metadata() == ()
     run(scenario())
-
-
-async def collect(iterator) -> list:
-    return [item async for item in iterator]
 
 
 TEXT = (("x-text", "a b%41 ~"), ("x-empty", ""))
@@ -299,12 +297,22 @@ def test_closing_the_channel_ends_its_calls_unavailable():
 # --- deadlines and cancellation ---------------------------------------------------------------------------------
 
 
-def test_deadline_is_deadline_exceeded_and_the_handler_is_cancelled():
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+def test_deadline_is_deadline_exceeded_and_the_handler_is_cancelled(kind):
     parked = Parked()
 
+    async def stream(request, context):  # a message, then the wait
+        yield b"first"
+        await parked.handle(request, context)
+
     async def scenario():
-        async with runtime(Methods(unary=parked.handle)) as rt, channels(rt.target) as (ours, _):
-            error = await call_error(ours.unary(UNARY, b"", timeout_s=0.3))
+        async with runtime(Methods(unary=parked.handle, stream=stream)) as rt, channels(rt.target) as (ours, _):
+            if kind == "unary":
+                error = await call_error(ours.unary(UNARY, b"", timeout_s=0.3))
+            else:
+                call = await bounded(ours.stream(STREAM, b"", timeout_s=0.3))
+                assert await bounded(call.read()) == b"first"
+                error = await call_error(call.read())
             assert error.code is grpc.StatusCode.DEADLINE_EXCEEDED
             await bounded(parked.cancelled.wait())
     run(scenario())
@@ -389,11 +397,3 @@ def test_100_concurrent_calls_share_one_connection():
             assert dials.count == 1
     run(scenario())
 
-
-def test_timeout_text_is_the_finest_unit_that_fits_in_eight_digits():
-    assert timeout_text(0.25) == b"250000u"
-    assert timeout_text(0) == b"1u"
-    assert timeout_text(-1) == b"1u"
-    assert timeout_text(150.0) == b"150000m"
-    assert timeout_text(10**9) == b"16666667M"
-    assert timeout_text(10**12) == b"99999999H"

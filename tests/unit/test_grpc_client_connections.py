@@ -15,7 +15,7 @@ import pytest
 
 from shim.grpc_server import client as client_module
 from shim.grpc_server.client import Channel
-from shim.grpc_server.client_rules import backoff_s
+from shim.grpc_server.client_rules import backoff_s, timeout_text
 from shim.grpc_server.h2_frames import END_HEADERS, GOAWAY, HEADERS, PROTOCOL_ERROR, SETTINGS, frame
 from tests.unit.test_grpc_client_channel import (
     UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
@@ -283,3 +283,12 @@ def test_a_runtime_breaking_the_protocol_gets_goaway_protocol_error_and_the_call
         await channel.close()
         server.close()
     run(scenario())
+
+
+def test_timeout_text_is_the_finest_unit_that_fits_in_eight_digits():
+    assert timeout_text(0.25) == b"250000u"
+    assert timeout_text(0) == b"1u"
+    assert timeout_text(-1) == b"1u"
+    assert timeout_text(150.0) == b"150000m"
+    assert timeout_text(10**9) == b"16666667M"
+    assert timeout_text(10**12) == b"99999999H"

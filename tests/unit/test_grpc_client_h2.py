@@ -301,9 +301,10 @@ def goaway_of(data: bytes) -> tuple[int, int]:
     frame(hc.HEADERS, hc.END_HEADERS, 7, b"\x88"),  # odd, never opened
     frame(hc.HEADERS, hc.END_HEADERS, 2, b"\x88"),  # even: the server opens no stream (push is off)
     frame(hc.DATA, 0, 9, b"\x00" * 5),
-], ids=["headers-odd", "headers-even", "data"])
+    frame(hc.DATA, 0, 2, b"\x00" * 5),  # even, below the client's last stream: still never opened
+], ids=["headers-odd", "headers-even", "data-odd", "data-even"])
 def test_a_frame_on_a_stream_never_opened_ends_the_connection_with_protocol_error(pair, bad):
-    pair.request()
+    pair.request(), pair.request()
     events = pair.client.receive(bad)
     assert [(type(e), e.error_code, e.by_peer) for e in events] == [(ConnectionEnded, hc.PROTOCOL_ERROR, False)]
     out = pair.client.data_to_send()
