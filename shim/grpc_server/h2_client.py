@@ -9,11 +9,10 @@ it keeps to the server's SETTINGS_MAX_CONCURRENT_STREAMS (`may_open`: the caller
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from hpack.exceptions import HPACKError
-
-import struct
 
 from shim.grpc_server.h2_connection import (
     COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,

@@ -99,7 +99,7 @@ def test_a_restarted_runtime_on_the_same_path_is_used_after_the_backoff(sockdir,
         error = await call_error(channel.unary(UNARY, b"2"))  # a new connection, refused
         assert error.code is grpc.StatusCode.UNAVAILABLE and dials.count == 2
         failed = clock.now()
-        async with runtime(Methods(unary=echo), directory=sockdir) as second:
+        async with runtime(Methods(unary=echo), directory=sockdir):
             assert (await call_error(channel.unary(UNARY, b"3"))).code is grpc.StatusCode.UNAVAILABLE
             assert dials.count == 2  # still backing off: the runtime is not tried before its time
             clock.move_to(failed + backoff_s(1, 0.5) + 0.001)
@@ -107,7 +107,6 @@ def test_a_restarted_runtime_on_the_same_path_is_used_after_the_backoff(sockdir,
             assert (await bounded(channel.unary(UNARY, b"5")))[1] == b"5"
             assert dials.count == 3
             await channel.close()
-            del second
     run(scenario())
 
 
