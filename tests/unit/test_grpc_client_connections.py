@@ -147,18 +147,22 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 def test_a_connection_lost_mid_call_is_unavailable_as_grpcio_sees_it_and_the_next_call_reconnects(sockdir):
-    parked = Parked()
+    parked, arrived, both_arrived = Parked(), [], asyncio.Event()
+
+    async def handler(request, context):
+        arrived.append(request)
+        if len(arrived) == 2:
+            both_arrived.set()
+        return await parked.handle(request, context)
 
     async def scenario():
-        async with runtime(Methods(unary=parked.handle), directory=sockdir) as rt, \
+        async with runtime(Methods(unary=handler), directory=sockdir) as rt, \
                 Relay(f"{sockdir}/relay.sock", rt.target[len("unix:"):]) as relay:
             channel = Channel(f"unix:{relay.path}")
             async with grpc.aio.insecure_channel(f"unix:{relay.path}") as reference:
                 ours = asyncio.ensure_future(channel.unary(UNARY, b""))
                 theirs = reference.unary_unary(UNARY)(b"")
-                await bounded(parked.started.wait())
-                parked.started.clear()
-                await bounded(parked.started.wait())  # both calls reached the runtime
+                await bounded(both_arrived.wait())  # both calls reached the runtime
                 relay.cut()
                 error = await call_error(ours)
                 reference_error = await rpc_error(theirs)
