@@ -191,6 +191,7 @@ class Session:
                     break
         finally:
             await self.group.close()
+            await self.outbox.flush()  # the last batch of events, to the daemon if one still listens
             for task in list(self.background):
                 task.cancel()
             await asyncio.gather(*self.background, return_exceptions=True)

@@ -244,6 +244,7 @@ async def test_an_event_the_daemon_can_no_longer_take_waits_for_the_next_one(tar
     outbox = Outbox(AsyncChannel(theirs))
     ours.close()  # the daemon died
     await outbox.send(attempt_event(0))
+    await outbox.flush()  # the batch's write (the window's end) finds the daemon gone
     assert outbox.channel is None and outbox.queued == 1
     theirs.close()
 
