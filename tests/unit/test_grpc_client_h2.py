@@ -21,6 +21,7 @@ from shim.grpc_server import grpc_wire
 from shim.grpc_server import h2_connection as hc
 from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
 from shim.grpc_server.h2_connection import ConnectionEnded, DataReceived, StreamReset, frame
+from tests.support.h2_pair import PumpedPair, parse_frames
 
 Codes = h2.settings.SettingCodes
 REQUEST = b"".join(grpc_wire.literal(name, value) for name, value in (
@@ -29,38 +30,22 @@ REQUEST = b"".join(grpc_wire.literal(name, value) for name, value in (
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 
 
-class Pair:
-    """A ClientConnection and h2's server, connected by hand: `pump` moves bytes both ways until both are quiet."""
+class Pair(PumpedPair):
+    """A ClientConnection and h2's server."""
 
     def __init__(self, *, server_settings: dict | None = None) -> None:
+        super().__init__()
         self.server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         if server_settings:  # announced in the server's first SETTINGS
             self.server.local_settings = h2.settings.Settings(client=False, initial_values=server_settings)
         self.server.initiate_connection()
         self.client = ClientConnection()
-        self.server_events: list = []
-        self.client_events: list = []
 
-    def pump(self) -> None:
-        while True:
-            to_server = self.client.data_to_send()
-            if to_server:
-                self.server_events += self.server.receive_data(to_server)
-            to_client = self.server.data_to_send()
-            if to_client:
-                self.client_events += self.client.receive(to_client)
-            if not to_server and not to_client:
-                return
+    def to_server(self, data: bytes) -> list:
+        return self.server.receive_data(data)
 
-    def take_server(self, kind) -> list:
-        found = [event for event in self.server_events if isinstance(event, kind)]
-        self.server_events = [event for event in self.server_events if not isinstance(event, kind)]
-        return found
-
-    def take_client(self, kind) -> list:
-        found = [event for event in self.client_events if isinstance(event, kind)]
-        self.client_events = [event for event in self.client_events if not isinstance(event, kind)]
-        return found
+    def to_client(self, data: bytes) -> list:
+        return self.client.receive(data)
 
     def request(self, body: bytes = b"\x00\x00\x00\x00\x02hi", block: bytes = REQUEST) -> int:
         stream_id = self.client.open_stream(block, body)
@@ -69,17 +54,6 @@ class Pair:
 
     def received_body(self, stream_id: int) -> bytes:
         return b"".join(e.data for e in self.take_server(h2.events.DataReceived) if e.stream_id == stream_id)
-
-
-def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, stream id, payload) of each frame in `data`."""
-    frames = []
-    while data:
-        high, low, kind, flags, stream_id = struct.unpack(">HBBBL", data[:9])
-        length = high << 8 | low
-        frames.append((kind, flags, stream_id & 0x7FFFFFFF, data[9:9 + length]))
-        data = data[9 + length:]
-    return frames
 
 
 @pytest.fixture

@@ -57,8 +57,18 @@ async def serving(handlers: dict[str, grpc.RpcMethodHandler], *, channel_options
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(scenario) -> None:
-    asyncio.run(asyncio.wait_for(scenario, 60))
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario, 60))
+
+
+def unary_status(handler) -> tuple[grpc.StatusCode, str]:
+    """The status a grpcio client gets from a unary call answered by `handler`."""
+    async def scenario():
+        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
+            error = await rpc_error(served.channel.unary_unary("/t.T/U")(b""))
+        return error.code(), error.details()
+
+    return run(scenario())
 
 
 async def bounded(awaitable):
@@ -295,24 +305,14 @@ def test_set_code_and_details_without_abort():
         context.set_details("not yet")
         return b""
 
-    async def scenario():
-        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
-            error = await rpc_error(served.channel.unary_unary("/t.T/U")(b""))
-        assert (error.code(), error.details()) == (grpc.StatusCode.FAILED_PRECONDITION, "not yet")
-
-    run(scenario())
+    assert unary_status(handler) == (grpc.StatusCode.FAILED_PRECONDITION, "not yet")
 
 
 def test_exception_in_a_handler_is_unknown():
     async def handler(request, context):
         raise RuntimeError("boom")
 
-    async def scenario():
-        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
-            error = await rpc_error(served.channel.unary_unary("/t.T/U")(b""))
-        assert (error.code(), error.details()) == (grpc.StatusCode.UNKNOWN, "Unexpected <class 'RuntimeError'>: boom")
-
-    run(scenario())
+    assert unary_status(handler) == (grpc.StatusCode.UNKNOWN, "Unexpected <class 'RuntimeError'>: boom")
 
 
 def test_undecodable_request_is_internal_and_the_handler_is_not_called():
@@ -369,12 +369,7 @@ def test_trailing_metadata_grpc_core_refuses_is_internal_invalid_metadata():
         context.set_trailing_metadata((("x-t", "v\u00e9\u20ac"),))
         return b""
 
-    async def scenario():
-        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
-            error = await rpc_error(served.channel.unary_unary("/t.T/U")(b""))
-        assert (error.code(), error.details()) == (grpc.StatusCode.INTERNAL, "Invalid metadata")
-
-    run(scenario())
+    assert unary_status(handler) == (grpc.StatusCode.INTERNAL, "Invalid metadata")
 
 
 def test_initial_metadata_grpc_core_refuses_is_internal_invalid_metadata():
@@ -382,12 +377,7 @@ def test_initial_metadata_grpc_core_refuses_is_internal_invalid_metadata():
         await context.send_initial_metadata((("x-t", "v\u00e9"),))
         return b""
 
-    async def scenario():
-        async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
-            error = await rpc_error(served.channel.unary_unary("/t.T/U")(b""))
-        assert (error.code(), error.details()) == (grpc.StatusCode.INTERNAL, "Invalid metadata")
-
-    run(scenario())
+    assert unary_status(handler) == (grpc.StatusCode.INTERNAL, "Invalid metadata")
 
 
 # --- deadlines and cancellation -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from shim.grpc_server import h2_connection as hc
 from shim.grpc_server.h2_connection import (
     ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset, frame,
 )
+from tests.support.h2_pair import PumpedPair, parse_frames
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/pkg.Service/Method"), (":authority", "localhost"),
            ("content-type", "application/grpc"), ("te", "trailers")]
@@ -30,29 +31,23 @@ RESPONSE = b"\x88"  # ":status: 200", indexed: the smallest response header bloc
 TRAILERS = b"\x00\x0bgrpc-status\x010"  # a literal without indexing, new name
 
 
-class Pair:
-    """A ServerConnection and h2's client, connected by hand: `pump` moves bytes both ways until both are quiet."""
+class Pair(PumpedPair):
+    """A ServerConnection and h2's client."""
 
     def __init__(self, *, client_settings: dict | None = None, **server_options) -> None:
+        super().__init__()
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self.client = h2.connection.H2Connection(config)
         self.client.initiate_connection()
         if client_settings:
             self.client.update_settings(client_settings)
         self.server = ServerConnection(**server_options)
-        self.server_events: list = []
-        self.client_events: list = []
 
-    def pump(self) -> None:
-        while True:
-            to_server = self.client.data_to_send()
-            if to_server:
-                self.server_events += self.server.receive(to_server)
-            to_client = self.server.data_to_send()
-            if to_client:
-                self.client_events += self.client.receive_data(to_client)
-            if not to_server and not to_client:
-                return
+    def to_server(self, data: bytes) -> list:
+        return self.server.receive(data)
+
+    def to_client(self, data: bytes) -> list:
+        return self.client.receive_data(data)
 
     def raw_to_server(self, data: bytes) -> list:
         """Bytes h2 would not send; the server's events for them (what it answers stays queued)."""
@@ -63,32 +58,11 @@ class Pair:
     def server_output_frames(self) -> list[tuple[int, int, int, bytes]]:
         return parse_frames(self.server.data_to_send())
 
-    def take_server(self, kind) -> list:
-        found = [event for event in self.server_events if isinstance(event, kind)]
-        self.server_events = [event for event in self.server_events if not isinstance(event, kind)]
-        return found
-
-    def take_client(self, kind) -> list:
-        found = [event for event in self.client_events if isinstance(event, kind)]
-        self.client_events = [event for event in self.client_events if not isinstance(event, kind)]
-        return found
-
     def open(self, *, end_stream: bool = False, extra: list | None = None) -> int:
         stream_id = self.client.get_next_available_stream_id()
         self.client.send_headers(stream_id, REQUEST + (extra or []), end_stream=end_stream)
         self.pump()
         return stream_id
-
-
-def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, stream id, payload) of each frame in `data`."""
-    frames = []
-    while data:
-        high, low, kind, flags, stream_id = struct.unpack(">HBBBL", data[:9])
-        length = high << 8 | low
-        frames.append((kind, flags, stream_id & 0x7FFFFFFF, data[9:9 + length]))
-        data = data[9 + length:]
-    return frames
 
 
 def goaway_code(frames) -> int:

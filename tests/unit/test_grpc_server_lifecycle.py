@@ -21,7 +21,7 @@ from shim.grpc_server import grpc_wire
 from shim.grpc_server import h2_connection as hc
 from tests.support.kubelet_env import crictl_binary
 from tests.unit.test_grpc_server_calls import Parked, bounded, rpc_error, run, serving
-from tests.unit.test_grpc_server_h2 import parse_frames
+from tests.support.h2_pair import parse_frames
 
 # --- stop(grace) --------------------------------------------------------------------------------------------------
 
