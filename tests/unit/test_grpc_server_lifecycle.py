@@ -19,9 +19,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from shim.grpc_server import grpc_wire
 from shim.grpc_server import h2_connection as hc
+from tests.support.h2_pair import parse_frames
 from tests.support.kubelet_env import crictl_binary
 from tests.unit.test_grpc_server_calls import Parked, bounded, rpc_error, run, serving
-from tests.support.h2_pair import parse_frames
 
 # --- stop(grace) --------------------------------------------------------------------------------------------------
 
