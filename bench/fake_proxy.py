@@ -32,7 +32,7 @@ from bench.children import start_server, stop_server  # noqa: E402
 
 async def serve_proxy(listen: str, upstream_endpoint: str) -> None:
     from shim.cri.proxy import cri_proxy_handler, forwarding_channel
-    from shim.grpc_server.server import Server
+    from shim.rpc.server import Server
 
     upstream = forwarding_channel(upstream_endpoint)
     server = Server()  # the daemon's

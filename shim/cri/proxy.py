@@ -11,7 +11,7 @@ socket look like the runtime's own for every CRI method:
   the kubelet bridge's marker is answered by the daemon (`exec_bridge`, which claims it) instead of being
   forwarded. Every other ExecSync is forwarded as bytes, after a substring test that costs well under a
   microsecond;
-- the forwarding channel (`forwarding_channel`: the daemon's own gRPC client, shim/grpc_server/client.py, one
+- the forwarding channel (`forwarding_channel`: the daemon's own gRPC client, shim/rpc/client.py, one
   HTTP/2 connection) and the channel of the daemon's own typed calls to the runtime (`upstream_channel`, grpcio),
   both built from a kubelet/crictl style endpoint (probe_api.endpoints).
 
@@ -32,7 +32,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
 from shim.bridge.answer import Answer, Forward, StatusAnswer
-from shim.grpc_server.client import CallError, Channel
+from shim.rpc.client import CallError, Channel
 
 log = logging.getLogger(__name__)
 

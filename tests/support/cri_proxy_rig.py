@@ -1,4 +1,4 @@
-"""The rig the CRI proxy's tests (tests/unit/test_cri_proxy_*.py) run through: a client -> the daemon's gRPC server (shim/grpc_server) carrying
+"""The rig the CRI proxy's tests (tests/unit/test_cri_proxy_*.py) run through: a client -> the daemon's gRPC server (shim/rpc) carrying
 the proxy handler of shim/cri/proxy.py (and a health servicer, as the daemon's server does) on a unix socket -> the
 fake runtime of tests/support/fake_cri.py on another unix socket, all in one event loop; and the CRI method list
 written out from cri-wire-facts.md, so that the proxy's own list is checked against the source, not against itself.
@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2_grpc
 
 from shim.cri.proxy import cri_proxy_handler, forwarding_channel
-from shim.grpc_server.server import Server
+from shim.rpc.server import Server
 from tests.support.fake_cri import FakeCri
 
 RUNTIME = "/runtime.v1.RuntimeService"

@@ -1,4 +1,4 @@
-"""Two sans-IO HTTP/2 ends connected by hand, for the tests of shim/grpc_server's connections: one end is ours,
+"""Two sans-IO HTTP/2 ends connected by hand, for the tests of shim/rpc's connections: one end is ours,
 the other python-hyper's h2 (the reference). Subclasses say which end is which (`to_server`, `to_client`)."""
 
 from __future__ import annotations

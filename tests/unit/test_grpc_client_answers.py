@@ -1,4 +1,4 @@
-"""What the daemon's gRPC client (shim/grpc_server/client.py) makes of answers a grpcio server never sends: a runtime
+"""What the daemon's gRPC client (shim/rpc/client.py) makes of answers a grpcio server never sends: a runtime
 written on python-hyper's h2 (server side) plays a script per method over a unix socket, and grpcio's client calls
 the same method in the same test. Where the two differ, on purpose, the test says why.
 
@@ -22,7 +22,7 @@ import h2.events
 import h2.settings
 import pytest
 
-from shim.grpc_server.client import CallError, Channel
+from shim.rpc.client import CallError, Channel
 from tests.unit.test_grpc_client_channel import bounded, run
 
 OK = [(b":status", b"200"), (b"content-type", b"application/grpc")]

@@ -1,4 +1,4 @@
-"""The daemon's gRPC client (shim/grpc_server/client.py) through real sockets, against grpcio's aio server as the
+"""The daemon's gRPC client (shim/rpc/client.py) through real sockets, against grpcio's aio server as the
 runtime: what a call returns is compared with what grpcio's own client gets from the same server in the same test.
 The connection's life (backoff, restarts, GOAWAY, a lost connection) is in test_grpc_client_connections.py.
 """
@@ -17,7 +17,7 @@ import grpc.aio
 import pytest
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
-from shim.grpc_server.client import Call, CallError, Channel, messages
+from shim.rpc.client import Call, CallError, Channel, messages
 
 BOUND = 10.0  # seconds for what must happen; a hang fails the test instead of blocking the suite
 UNARY, STREAM = "/test.Runtime/Unary", "/test.Runtime/Stream"

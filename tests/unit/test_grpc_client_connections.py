@@ -1,4 +1,4 @@
-"""The daemon's gRPC client (shim/grpc_server/client.py): the life of its one connection to the runtime, through real
+"""The daemon's gRPC client (shim/rpc/client.py): the life of its one connection to the runtime, through real
 sockets against grpcio's aio server. Not listening -> UNAVAILABLE at once and retries spaced by the backoff (on the
 loop's clock, moved by the test: no sleeps), a restarted runtime, a connection lost mid-call, GOAWAY.
 """
@@ -13,10 +13,10 @@ import tempfile
 import grpc
 import pytest
 
-from shim.grpc_server import client as client_module
-from shim.grpc_server.client import Channel
-from shim.grpc_server.client_rules import backoff_s, timeout_text
-from shim.grpc_server.h2_frames import END_HEADERS, GOAWAY, HEADERS, PROTOCOL_ERROR, SETTINGS, frame
+from shim.rpc import client as client_module
+from shim.rpc.client import Channel
+from shim.rpc.client_rules import backoff_s, timeout_text
+from shim.rpc.h2_frames import END_HEADERS, GOAWAY, HEADERS, PROTOCOL_ERROR, SETTINGS, frame
 from tests.unit.test_grpc_client_channel import (
     UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
 )

@@ -1,4 +1,4 @@
-"""The client side of the daemon's HTTP/2 connection (shim/grpc_server/h2_client.py) against python-hyper's h2 as the
+"""The client side of the daemon's HTTP/2 connection (shim/rpc/h2_client.py) against python-hyper's h2 as the
 server (the reference peer).
 
 No sockets: what the client queues goes into h2's `receive_data`, which raises on anything RFC 9113 forbids, and
@@ -17,10 +17,10 @@ import h2.events
 import h2.settings
 import pytest
 
-from shim.grpc_server import grpc_wire
-from shim.grpc_server import h2_connection as hc
-from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
-from shim.grpc_server.h2_connection import ConnectionEnded, DataReceived, StreamReset, frame
+from shim.rpc import grpc_wire
+from shim.rpc import h2_connection as hc
+from shim.rpc.h2_client import ClientConnection, ResponseHeaders
+from shim.rpc.h2_connection import ConnectionEnded, DataReceived, StreamReset, frame
 from tests.support.h2_pair import PumpedPair, parse_frames
 
 Codes = h2.settings.SettingCodes

@@ -1,4 +1,4 @@
-"""Calls through the daemon's gRPC server (shim/grpc_server) on a real unix socket, with grpcio's aio client: the four
+"""Calls through the daemon's gRPC server (shim/rpc) on a real unix socket, with grpcio's aio client: the four
 call kinds, what a handler sees and what the client gets back (statuses, details, metadata), deadlines and
 cancellation reaching the handler, compression. The statuses are grpc core's (grpcio's own server answers the same,
 checked by hand against it: tests say where they differ on purpose)."""
@@ -19,8 +19,8 @@ import h2.events
 import pytest
 from grpc_health.v1 import health_pb2
 
-from shim.grpc_server import grpc_wire
-from shim.grpc_server.server import Server
+from shim.rpc import grpc_wire
+from shim.rpc.server import Server
 
 BOUND = 10.0  # seconds for what must happen; a hang fails the test instead of blocking the suite
 

@@ -1,4 +1,4 @@
-"""The daemon's HTTP/2 state machine (shim/grpc_server/h2_connection.py) against python-hyper's h2 as the client.
+"""The daemon's HTTP/2 state machine (shim/rpc/h2_connection.py) against python-hyper's h2 as the client.
 
 No sockets: every byte the server queues goes into h2's `receive_data`, which raises on anything RFC 9113 forbids,
 and what h2's client sends goes into the server's `receive`. Frames h2 will not send (protocol violations) are
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shim.grpc_server import h2_connection as hc
-from shim.grpc_server.h2_connection import (
+from shim.rpc import h2_connection as hc
+from shim.rpc.h2_connection import (
     ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset, frame,
 )
 from tests.support.h2_pair import PumpedPair, parse_frames

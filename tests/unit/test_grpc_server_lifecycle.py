@@ -1,4 +1,4 @@
-"""The daemon's gRPC server (shim/grpc_server/server.py) as a whole: stop(grace), many calls on one connection, the
+"""The daemon's gRPC server (shim/rpc/server.py) as a whole: stop(grace), many calls on one connection, the
 stock servicers the daemon registers on it (grpc health, server reflection), and grpc-go's client (crictl)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from shim.grpc_server import grpc_wire
-from shim.grpc_server import h2_connection as hc
+from shim.rpc import grpc_wire
+from shim.rpc import h2_connection as hc
 from tests.support.h2_pair import parse_frames
 from tests.support.kubelet_env import crictl_binary
 from tests.unit.test_grpc_server_calls import Parked, bounded, rpc_error, run, serving

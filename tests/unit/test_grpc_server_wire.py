@@ -1,4 +1,4 @@
-"""gRPC over HTTP/2, the server's half (shim/grpc_server/grpc_wire.py): pure rules, checked against grpc's
+"""gRPC over HTTP/2, the server's half (shim/rpc/grpc_wire.py): pure rules, checked against grpc's
 PROTOCOL-HTTP2.md and what grpcio's own server does (the metadata a handler sees, the statuses of bad requests),
 with header blocks read back by hpack's Decoder (the reference HPACK implementation)."""
 
@@ -12,8 +12,8 @@ import grpc
 import hpack
 import pytest
 
-from shim.grpc_server import grpc_wire
-from shim.grpc_server.grpc_wire import BadMessage, BadRequest, CallHead, InvalidMetadata, MessageReader, \
+from shim.rpc import grpc_wire
+from shim.rpc.grpc_wire import BadMessage, BadRequest, CallHead, InvalidMetadata, MessageReader, \
     MessageTooLarge
 
 GRPCIO_REQUEST = [  # what grpcio's client sends, as hpack decodes it (raw)

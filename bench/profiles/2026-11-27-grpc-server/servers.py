@@ -5,7 +5,7 @@
 
 Each server runs in a process of its own on a unix socket (grpc's EventEngine experiments off, as the daemon runs
 grpc): grpcio's `grpc.aio.server`, a server on python-hyper's h2 state machine, and the daemon's own
-(shim/grpc_server). The client (sync grpcio, one call at a time, paced) is another process; the server's CPU is read
+(shim/rpc). The client (sync grpcio, one call at a time, paced) is another process; the server's CPU is read
 from /proc before and after. Rounds alternate the servers so the machine's load hits them alike.
 """
 
@@ -46,7 +46,7 @@ async def _serve_grpcio(path: str) -> None:
 
 
 async def _serve_lean(path: str) -> None:
-    from shim.grpc_server.server import Server
+    from shim.rpc.server import Server
     server = Server()
     server.add_generic_rpc_handlers([_Echo()])
     server.add_insecure_port(f"unix://{path}")

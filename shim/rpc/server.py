@@ -27,9 +27,9 @@ import grpc
 import grpc.aio
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
-from shim.grpc_server import grpc_wire
-from shim.grpc_server.call import ServerCall
-from shim.grpc_server.h2_connection import (
+from shim.rpc import grpc_wire
+from shim.rpc.call import ServerCall
+from shim.rpc.h2_connection import (
     ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset,
 )
 

@@ -23,7 +23,7 @@ from collections import deque
 import hpack
 from hpack.exceptions import HPACKError
 
-from shim.grpc_server.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for the client's side
+from shim.rpc.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for the client's side
     PREFACE, DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE,
     CONTINUATION, END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG, NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR,
     FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR,

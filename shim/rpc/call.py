@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from shim.grpc_server import grpc_wire
-from shim.grpc_server.grpc_wire import BadMessage, CallHead, MessageTooLarge
+from shim.rpc import grpc_wire
+from shim.rpc.grpc_wire import BadMessage, CallHead, MessageTooLarge
 
 if TYPE_CHECKING:
-    from shim.grpc_server.server import GrpcConnection
+    from shim.rpc.server import GrpcConnection
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from probe_api.defaults import MAX_MESSAGE_BYTES
-from shim.grpc_server import grpc_wire
-from shim.grpc_server.client_rules import HTTP_STATUS_CODES, CallError, backoff_s, status_error, timeout_text
-from shim.grpc_server.h2_client import ClientConnection, ResponseHeaders
-from shim.grpc_server.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
+from shim.rpc import grpc_wire
+from shim.rpc.client_rules import HTTP_STATUS_CODES, CallError, backoff_s, status_error, timeout_text
+from shim.rpc.h2_client import ClientConnection, ResponseHeaders
+from shim.rpc.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
 
 USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
 CONNECT_TIMEOUT_S = 5.0

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from hpack.exceptions import HPACKError
 
-from shim.grpc_server.h2_connection import (
+from shim.rpc.h2_connection import (
     COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,
     Stream,
 )
-from shim.grpc_server.h2_frames import ACK, MAX_CONCURRENT_STREAMS
+from shim.rpc.h2_frames import ACK, MAX_CONCURRENT_STREAMS
 
 MAX_STREAM_ID = 2**31 - 1
 _SETTING = struct.Struct(">HL")
