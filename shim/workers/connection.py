@@ -101,9 +101,13 @@ class WorkerConnection(asyncio.Protocol):
         return reply
 
     async def reply(self, reply: asyncio.Future[worker_pb.WorkerEvent], timeout_s: float) -> worker_pb.WorkerEvent:
+        """The reply, or TimeoutError after timeout_s (as asyncio.wait_for, without its waiter and callbacks: a
+        timer on the reply itself)."""
+        timer = self._loop.call_later(timeout_s, _expire, reply)
         try:
-            return await asyncio.wait_for(reply, timeout_s)
+            return await reply
         finally:
+            timer.cancel()
             for seq, (pending, _) in list(self._pending.items()):
                 if pending is reply:
                     del self._pending[seq]
@@ -125,3 +129,8 @@ class WorkerConnection(asyncio.Protocol):
                 reply.set_exception(WorkerUnavailable(f"worker lost: {reason}"))
                 reply.exception()  # a caller that gave up must not leave it "never retrieved"
         self._pending.clear()
+
+
+def _expire(reply: asyncio.Future) -> None:
+    if not reply.done():
+        reply.set_exception(TimeoutError())
