@@ -403,8 +403,8 @@ def test_time_remaining_reflects_grpc_timeout():
     async def scenario():
         async with serving({"/t.T/U": grpc.unary_unary_rpc_method_handler(handler)}) as served:
             remaining = float(await bounded(served.channel.unary_unary("/t.T/U")(b"", timeout=20)))
-            # grpc core rounds the grpc-timeout it sends up to a coarser value (seen: 20.1 s for 20 s), never down.
-            assert 15 < remaining <= 20 * 1.01
+            # grpc core rounds the grpc-timeout it sends up, "arbitrarily" (timeout_encoding.h; seen: 20.1 s for 20 s).
+            assert 15 < remaining <= 22
             assert await bounded(served.channel.unary_unary("/t.T/U")(b"")) == b"none"
 
     run(scenario())
