@@ -8,9 +8,10 @@ event loop's thread (h2_client.py, grpc_wire.py).
 `Channel(target)`: one HTTP/2 connection to the runtime at a time (unix:PATH or host:port, as
 probe_api.endpoints.upstream_target writes it), opened on the first call and again after it is lost or the runtime
 sent GOAWAY; while it cannot be opened, calls fail UNAVAILABLE at once and the next try waits as the kubelet's CRI
-client does (100 ms, times 1.6 up to 3 s, each wait +-20%). `unary()` and `stream()` carry metadata, a deadline (grpc-timeout, and a
-local timer that resets the stream) and cancellation (RST_STREAM), and end in the runtime's status, details and
-trailing metadata exactly, or in the status grpc's own clients give for a failure of the transport.
+client does (100 ms, times 1.6 up to 3 s, each wait +-20%). `unary()` and `stream()` carry metadata, a deadline
+(grpc-timeout, and a local timer that resets the stream) and cancellation (RST_STREAM), and end in the runtime's
+status, details and trailing metadata exactly, or in the status grpc's own clients give for a failure of the
+transport.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from shim.rpc.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, Data
 
 USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
 CONNECT_TIMEOUT_S = 5.0
+
+
 class Call:
     """One call's answer as it arrives: initial metadata, messages, then the status."""
 

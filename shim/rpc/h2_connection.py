@@ -18,8 +18,6 @@ after this side's GOAWAY are ignored (the client retries them on a new connectio
 
 from __future__ import annotations
 
-from collections import deque
-
 import hpack
 from hpack.exceptions import HPACKError
 
