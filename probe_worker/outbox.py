@@ -8,11 +8,13 @@ asks for next carries each probe's state, counts, totals and last attempt as the
 
 Replies are not queued: a reply belongs to the daemon that asked, and goes nowhere once that daemon is gone.
 
-Events are written in batches: the first event after a write waits COALESCE_S for the ones that follow, and they
-go in one write. A pooled worker starts a period's attempts of all its sandboxes in one wake-up and they end
-within a few milliseconds of each other, so their reports reach the daemon in one read instead of one each
+Attempt reports are written in batches: the first one after a write waits COALESCE_S for the ones that follow,
+and they go in one write. A pooled worker starts a period's attempts of all its sandboxes in one wake-up and they
+end within a few milliseconds of each other, so their reports reach the daemon in one read instead of one each
 (issue 22: at 750 attempts/s that was one wake-up of the daemon per attempt). A report is at most COALESCE_S
-later for it. A reply first writes the batch before it, so the daemon never sees a reply overtake an event.
+later for it. A state change does not wait: it is written at once, with the batch before it (watchers, and the
+first result after RunProbe, see it as before). A reply, too, first writes the batch before it, so the daemon
+never sees a reply overtake an event.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ class Outbox:
             self._enqueue(event)
             return
         self._batch.append(event)
-        if self._timer is None:
+        if event.WhichOneof("msg") == "state_change":
+            await self.flush()
+        elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._coalesce_s, self._flush_later)
 
     async def flush(self) -> None:

@@ -39,6 +39,9 @@ def marker_exec(request: bytes) -> cri_pb.ExecSyncRequest | None:
     return decoded if is_marker(decoded.cmd) else None
 
 
+MAX_KEPT_REQUEST_BYTES = 8192  # what MarkerExecs keeps of one request: a bound on its memory, not on what it reads
+
+
 class MarkerExecs:
     """`marker_exec` for the CRI proxy's every ExecSync, remembering the marker requests it decoded.
 
@@ -56,7 +59,7 @@ class MarkerExecs:
         decoded = self._decoded.get(request)
         if decoded is None:
             decoded = marker_exec(request)
-            if decoded is not None:
+            if decoded is not None and len(request) <= MAX_KEPT_REQUEST_BYTES:  # a handler's is a few hundred bytes
                 if len(self._decoded) >= self._max:
                     self._decoded.clear()
                 self._decoded[request] = decoded

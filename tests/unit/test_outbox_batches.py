@@ -1,5 +1,6 @@
-"""A worker's events go to the daemon in batches (probe_worker/outbox.py): one write for the events of a few
-milliseconds, replies after the events before them, nothing lost or reordered when the daemon goes."""
+"""A worker's events go to the daemon in batches (probe_worker/outbox.py): one write for the reports of a few
+milliseconds, a state change at once, replies after the events before them, nothing lost or reordered when the
+daemon goes."""
 
 from __future__ import annotations
 
@@ -59,6 +60,17 @@ def test_the_window_ends_by_itself():
         return channel.writes
 
     assert run(scenario()) == [[1]]
+
+
+def test_a_state_change_is_written_at_once_with_the_reports_before_it():
+    async def scenario():
+        channel = RecordingChannel()
+        outbox = Outbox(channel, coalesce_s=10)
+        await outbox.send(event(1))
+        await outbox.send(worker_pb.WorkerEvent(seq=2, state_change=worker_pb.StateChange(probe_id="p1")))
+        return channel.writes
+
+    assert run(scenario()) == [[1, 2]]
 
 
 def test_a_reply_never_overtakes_the_events_before_it():
