@@ -12,9 +12,10 @@ Attempt reports are written in batches: the first one after a write waits COALES
 and they go in one write. A pooled worker starts a period's attempts of all its sandboxes in one wake-up and they
 end within a few milliseconds of each other, so their reports reach the daemon in one read instead of one each
 (issue 22: at 750 attempts/s that was one wake-up of the daemon per attempt). A report is at most COALESCE_S
-later for it. A state change does not wait: it is written at once, with the batch before it (watchers, and the
-first result after RunProbe, see it as before). A reply, too, first writes the batch before it, so the daemon
-never sees a reply overtake an event.
+later for it. What is news does not wait: a state change, and a report that starts a streak (a probe's first
+result, or a result unlike the one before) are written at once, with the batch before them; only the reports of
+a probe answering as it did last time wait. A reply, too, first writes the batch before it, so the daemon never
+sees a reply overtake an event.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Outbox:
             self._enqueue(event)
             return
         self._batch.append(event)
-        if event.WhichOneof("msg") == "state_change":
+        if is_news(event):
             await self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._coalesce_s, self._flush_later)
@@ -130,3 +131,14 @@ class Outbox:
             _, dropped_size = self._queue.popleft()
             self._bytes -= dropped_size
             self.dropped += 1
+
+
+def is_news(event: worker_pb.WorkerEvent) -> bool:
+    """Written at once rather than batched: a state change, or an attempt that starts a streak of its result."""
+    kind = event.WhichOneof("msg")
+    if kind == "state_change":
+        return True
+    if kind == "attempt":
+        report = event.attempt
+        return report.consecutive_successes + report.consecutive_failures <= 1
+    return False

@@ -1,6 +1,6 @@
-"""A worker's events go to the daemon in batches (probe_worker/outbox.py): one write for the reports of a few
-milliseconds, a state change at once, replies after the events before them, nothing lost or reordered when the
-daemon goes."""
+"""A worker's events go to the daemon in batches (probe_worker/outbox.py): one write for the routine reports of a
+few milliseconds, news (a state change, a streak's first report) at once, replies after the events before them,
+nothing lost or reordered when the daemon goes."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ class RecordingChannel:
         self.writes.append(seqs)
 
 
-def event(seq: int) -> worker_pb.WorkerEvent:
-    return worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(probe_id=f"p{seq}"))
+def event(seq: int, streak: int = 5) -> worker_pb.WorkerEvent:
+    """An attempt report of a probe answering as it did the last `streak - 1` times."""
+    return worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(probe_id=f"p{seq}",
+                                                                           consecutive_failures=streak))
 
 
 def run(coro):
@@ -68,6 +70,19 @@ def test_a_state_change_is_written_at_once_with_the_reports_before_it():
         outbox = Outbox(channel, coalesce_s=10)
         await outbox.send(event(1))
         await outbox.send(worker_pb.WorkerEvent(seq=2, state_change=worker_pb.StateChange(probe_id="p1")))
+        return channel.writes
+
+    assert run(scenario()) == [[1, 2]]
+
+
+def test_a_report_that_starts_a_streak_is_written_at_once_with_the_reports_before_it():
+    # A probe's first result, or a result unlike the last: news, like a state change (the first result after RunProbe).
+    async def scenario():
+        channel = RecordingChannel()
+        outbox = Outbox(channel, coalesce_s=10)
+        await outbox.send(event(1))
+        await outbox.send(event(2, streak=1))
+        await outbox.send(event(3))
         return channel.writes
 
     assert run(scenario()) == [[1, 2]]
