@@ -36,9 +36,9 @@ from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
 from shim.cri.proxy import cri_proxy_handler, forwarding_channel, upstream_channel
 from shim.event_loop import loop_name
-from shim.rpc.server import Server
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
+from shim.rpc.server import Server
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import CriSandboxes, NetnsSandboxes
 from shim.sdnotify import Notifier
