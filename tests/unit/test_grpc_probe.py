@@ -216,7 +216,10 @@ async def main(port):
     call.on_headers([(b":status", b"404"), (b"content-type", b"text/\xff")], False)
     print(rules.check_outcome(call.result, 10**9).output)
     print(rules.check_outcome(b"\xff\xff", 10**9).output)
-    print(unary_call.decode_grpc_message(b"%ff%zz"))
+    call = unary_call.UnaryCall()
+    call.on_headers([(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"2"),
+                     (b"grpc-message", b"%ff%zz")], True)
+    print(call.result.message)
 
 asyncio.run(main(int(sys.argv[1])))
 """

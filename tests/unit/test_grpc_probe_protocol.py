@@ -16,6 +16,7 @@ import h2.settings
 import hyperframe.frame
 
 from cri_proto import grpc_health_pb2 as health_pb
+from probe_api.grpc_wire_rules import frame_message
 from probe_worker.probes.grpc import rules, unary_call
 from tests.support.grpc_probe_harness import run_probe
 
@@ -100,7 +101,7 @@ def grpc_headers(status: str = "200", content_type: str = "application/grpc") ->
 
 
 def serving_response(conn, stream_id):
-    message = rules.frame_message(health_pb.HealthCheckResponse(status=health_pb.HealthCheckResponse.SERVING).SerializeToString())
+    message = frame_message(health_pb.HealthCheckResponse(status=health_pb.HealthCheckResponse.SERVING).SerializeToString())
     conn.send_headers(stream_id, grpc_headers())
     conn.send_data(stream_id, message)
     conn.send_headers(stream_id, [("grpc-status", "0")], end_stream=True)

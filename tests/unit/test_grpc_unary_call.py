@@ -6,14 +6,15 @@ import pytest
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_api import grpc_codes as codes
+from probe_api.grpc_wire_rules import frame_message
 from probe_worker import go_errors
-from probe_worker.probes.grpc import rules, unary_call
+from probe_worker.probes.grpc import unary_call
 
 GRPC_OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 
 
 def _response(status: int) -> bytes:
-    return rules.frame_message(health_pb.HealthCheckResponse(status=status).SerializeToString())
+    return frame_message(health_pb.HealthCheckResponse(status=status).SerializeToString())
 
 
 def _trailers(code: int, message: bytes = b"") -> list[tuple[bytes, bytes]]:
@@ -42,20 +43,10 @@ def test_status_error_text_is_go_status_error():
     assert unary_call.BARE_EOF.text() == "EOF"
 
 
-@pytest.mark.parametrize(
-    ("raw", "text"),
-    [
-        (b"plain", "plain"),
-        (b"unknown%20service", "unknown service"),
-        (b"100%25", "100%"),
-        (b"%E2%9C%93 ok", "\u2713 ok"),
-        (b"bad %zz escape", "bad %zz escape"),
-        (b"cut %4", "cut %4"),  # needs two characters after the percent sign
-        (b"%41", "A"),
-    ],
-)
-def test_grpc_message_percent_decoding(raw, text):
-    assert unary_call.decode_grpc_message(raw) == text
+def test_grpc_message_is_decoded_as_utf8_with_replacement():
+    """Go keeps the bytes; a probe's output travels in a proto string, which must be UTF-8."""
+    call = _call(("headers", GRPC_OK_HEADERS + _trailers(2, b"%E2%9C%93 %ff %zz"), True))
+    assert call.result == unary_call.RpcError(codes.UNKNOWN, "\u2713 \ufffd %zz")
 
 
 # ---------------------------------------------------------------- one unary call

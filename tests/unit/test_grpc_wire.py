@@ -17,10 +17,11 @@ from h2.frame_buffer import FrameBuffer
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_api import grpc_codes as codes
+from probe_api.grpc_wire_rules import frame_message
 from probe_worker.probes.grpc import rules, unary_call, wire
 
 AUTHORITY, UA, SECOND = "198.18.0.2:9090", "kube-probe/1.32", 1_000_000_000
-SERVING = rules.frame_message(health_pb.HealthCheckResponse(status=health_pb.HealthCheckResponse.SERVING)
+SERVING = frame_message(health_pb.HealthCheckResponse(status=health_pb.HealthCheckResponse.SERVING)
                               .SerializeToString())
 
 

@@ -2,23 +2,24 @@
 
 The kubelet (pkg/probe/grpc, 1.32) is a grpc-go 1.65 client: grpc.DialContext
 with WithBlock, then one unary Health/Check. This module holds, as grpc-go and the
-kubelet decide them: the request (headers, grpc-timeout encoding, the framed
-HealthCheckRequest), the bounds of an attempt, the dial's connection backoff
-(backoff/backoff.go, internal/backoff, minConnectTimeout), and the kubelet's own
-output strings for the call's result. How what the server sends becomes that
-result is probes/grpc/unary_call.py's; the HTTP/2 bytes are probes/grpc/wire.py's;
+kubelet decide them: the request (headers, the framed HealthCheckRequest), the
+bounds of an attempt, the dial's connection backoff (backoff/backoff.go,
+internal/backoff, minConnectTimeout), and the kubelet's own output strings for the
+call's result. grpc-timeout's text and the message prefix are gRPC's own, shared
+with the daemon in probe_api/grpc_wire_rules.py. How what the server sends becomes
+that result is probes/grpc/unary_call.py's; the HTTP/2 bytes are probes/grpc/wire.py's;
 probes/grpc/executor.py does the I/O and applies these decisions.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
 from cri_proto import grpc_health_pb2 as health_pb
 from probe_api.gostrings import go_duration, go_quote
+from probe_api.grpc_wire_rules import encode_timeout, frame_message
 from probe_api.grpc_codes import DEADLINE_EXCEEDED, INTERNAL, UNIMPLEMENTED, serving_status_of
 from probe_worker.attempt import FAILURE, SUCCESS, Outcome
 from probe_worker.go_errors import CONTEXT_DEADLINE
@@ -48,17 +49,6 @@ MIN_CONNECT_TIMEOUT_S = 20.0
 # ---------------------------------------------------------------- the request
 
 
-def encode_timeout(ns: int) -> str:
-    """grpcutil.EncodeDuration: the smallest unit whose rounded-up value has at most 8 digits."""
-    if ns <= 0:
-        return "0n"
-    for unit, size in (("n", 1), ("u", 1_000), ("m", 1_000_000), ("S", 1_000_000_000), ("M", 60_000_000_000)):
-        value = -(-ns // size)
-        if value <= 99_999_999:
-            return f"{value}{unit}"
-    return f"{-(-ns // 3_600_000_000_000)}H"
-
-
 def user_agent(kube_agent: str) -> str:
     return f"{kube_agent} grpc-go/{GRPC_GO_VERSION}"
 
@@ -85,11 +75,6 @@ def fixed_request_headers(authority: str, kube_agent: str, tls: bool = False) ->
 # grpc-go's credentials/tls.go ClientHandshake, when the server selected no ALPN protocol (enforced by default since
 # grpc-go 1.67, which kubelet 1.37 builds with); like any handshake failure, the dial retries until its deadline.
 MISSING_ALPN = "credentials: cannot check peer: missing selected ALPN property"
-
-
-def frame_message(payload: bytes) -> bytes:
-    """gRPC length-prefixed message: flag 0 (uncompressed), 4-byte big-endian length."""
-    return struct.pack(">BI", 0, len(payload)) + payload
 
 
 def check_request(service: str) -> bytes:

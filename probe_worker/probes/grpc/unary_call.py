@@ -3,14 +3,14 @@
 The kubelet's Health/Check is one unary call of grpc-go 1.65 (internal/transport/http2_client.go operateHeaders,
 handleData, handleRSTStream; rpc_util.go recvMsg, checkRecvPayload; stream.go). What h2 decoded is fed to a
 `UnaryCall`, which decides as grpc-go does, first error wins: the response headers and trailers (HTTP status,
-content-type, grpc-status and a percent-decoded grpc-message), the messages in the body (length prefix, size
-limit, compression flag), an RST_STREAM, a broken connection. Its result is the response message or an `RpcError`
-(a status, or a bare Go error), which probes/grpc/rules.py turns into the kubelet's output.
+content-type, grpc-status and a percent-decoded grpc-message), the messages in the body (size limit, compression
+flag), an RST_STREAM, a broken connection. Its result is the response message or an `RpcError` (a status, or a bare
+Go error), which probes/grpc/rules.py turns into the kubelet's output. The message prefix and grpc-message's escapes
+are read by probe_api/grpc_wire_rules.py, shared with the daemon.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,6 +19,7 @@ from probe_api.grpc_codes import (
     CANCELED, DEADLINE_EXCEEDED, INTERNAL, OK, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED, UNAVAILABLE,
     UNIMPLEMENTED, UNKNOWN, code_name,
 )
+from probe_api.grpc_wire_rules import COMPRESSED, PREFIX_BYTES, UNCOMPRESSED, decode_grpc_message, read_prefix
 from probe_worker.go_errors import CONTEXT_DEADLINE, GO_STATUS_TEXT, go_parse_int32, http2_error_name
 
 # A real HealthCheckResponse is at most a few bytes; grpc-go's own limit (4 MiB) is far beyond what a probe may
@@ -72,26 +73,6 @@ def connection_error(desc: str) -> RpcError:
     return RpcError(UNAVAILABLE, desc)
 
 
-def decode_grpc_message(value: bytes) -> str:
-    """decodeGrpcMessage: %XX escapes become bytes; a broken escape stays literal."""
-    out = bytearray()
-    i = 0
-    while i < len(value):
-        c = value[i]
-        if c == 0x25 and i + 2 < len(value) and _is_hex_pair(value[i + 1 : i + 3]):
-            out.append(int(value[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(c)
-            i += 1
-    # Go keeps raw bytes; probe outputs travel in proto strings, which must be UTF-8.
-    return out.decode("utf-8", "replace")
-
-
-def _is_hex_pair(pair: bytes) -> bool:
-    return all(chr(b) in "0123456789abcdefABCDEF" for b in pair)
-
-
 def _content_subtype_ok(value: bytes) -> bool:
     """grpcutil.ContentSubtype validity: exactly application/grpc, or followed by + or ;."""
     base = b"application/grpc"
@@ -141,7 +122,8 @@ class UnaryCall:
                     return
                 raw_code = code & 0xFFFFFFFF  # codes.Code(uint32(code))
             elif name == b"grpc-message":
-                grpc_message = decode_grpc_message(value)
+                # Go keeps the raw bytes; probe outputs travel in proto strings, which must be UTF-8.
+                grpc_message = decode_grpc_message(value).decode("utf-8", "replace")
             elif name == b":status":
                 if value == b"200":
                     http_status, http_status_err = 200, ""
@@ -205,11 +187,12 @@ class UnaryCall:
 
 
 def _oversized(body: bytes, max_message: int) -> RpcError | None:
-    while len(body) >= 5:
-        length = struct.unpack(">I", body[1:5])[0]
+    offset = 0
+    while len(body) - offset >= PREFIX_BYTES:
+        _, length = read_prefix(body, offset)
         if length > max_message:
             return RpcError(RESOURCE_EXHAUSTED, f"grpc: received message larger than max ({length} vs. {max_message})")
-        body = body[5 + length :]
+        offset += PREFIX_BYTES + length
     return None
 
 
@@ -217,19 +200,20 @@ def _next_message(body: bytes, max_message: int, recv_compress: str) -> tuple[by
     """parser.recvMsg + checkRecvPayload on a complete body: (payload, rest, error); payload None at EOF."""
     if not body:
         return None, b"", None
-    if len(body) < 5:
+    if len(body) < PREFIX_BYTES:
         return None, b"", RpcError(INTERNAL, "unexpected EOF")
-    flag, length = struct.unpack(">BI", body[:5])
+    flag, length = read_prefix(body)
     if length > max_message:
         return None, b"", RpcError(RESOURCE_EXHAUSTED, f"grpc: received message larger than max ({length} vs. {max_message})")
-    if len(body) < 5 + length:
+    end = PREFIX_BYTES + length
+    if len(body) < end:
         return None, b"", RpcError(INTERNAL, "unexpected EOF")
-    if flag == 1:
+    if flag == COMPRESSED:
         if recv_compress in ("", "identity"):
             return None, b"", RpcError(INTERNAL, "grpc: compressed flag set with identity or empty encoding")
         # The kubelet registers no decompressor, and we advertise none.
         return None, b"", RpcError(UNIMPLEMENTED, f"grpc: Decompressor is not installed for grpc-encoding {go_quote(recv_compress)}")
-    if flag != 0:
+    if flag != UNCOMPRESSED:
         return None, b"", RpcError(INTERNAL, f"grpc: received unexpected payload format {flag}")
-    return body[5 : 5 + length], body[5 + length :], None
+    return body[PREFIX_BYTES:end], body[end:], None
 

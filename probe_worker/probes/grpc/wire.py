@@ -31,6 +31,7 @@ import hyperframe.exceptions
 import hyperframe.frame as frames
 
 from probe_api import grpc_codes as codes
+from probe_api.grpc_wire_rules import encode_timeout
 from probe_worker.go_errors import http2_error_name
 from probe_worker.probes.grpc import rules, unary_call
 
@@ -117,7 +118,7 @@ class Request:
         cached block stays valid. A server that changed its hpack table size gets a
         block encoded for that size, which starts with the size update it expects.
         """
-        timeout = ("grpc-timeout", rules.encode_timeout(remaining_ns), True)
+        timeout = ("grpc-timeout", encode_timeout(remaining_ns), True)
         if table_size == DEFAULT_TABLE_SIZE:
             block = self.header_block + _LITERALS.encode([timeout])
         else:
