@@ -1,5 +1,5 @@
-"""The gRPC client's pure rules (client.py does the I/O): how an answer's statuses read, grpc-timeout's text, and
-the reconnect backoff.
+"""The gRPC client's pure rules (client.py does the I/O): how an answer's statuses read, and the reconnect backoff.
+grpc-timeout's text is grpc-go's, the kubelet's own (probe_api/grpc_wire_rules.py encode_timeout).
 
 The statuses are those grpc's clients give (doc/http-grpc-status-mapping.md, doc/statuscodes.md of grpc/grpc), checked
 against grpcio's client in tests/unit/test_grpc_client_answers.py.
@@ -7,9 +7,9 @@ against grpcio's client in tests/unit/test_grpc_client_answers.py.
 
 from __future__ import annotations
 
-import math
-
 import grpc
+
+from probe_api.grpc_wire_rules import encode_timeout
 
 # HTTP statuses that are not gRPC's answer, as grpc's clients map them (doc/http-grpc-status-mapping.md).
 HTTP_STATUS_CODES = {b"400": grpc.StatusCode.INTERNAL, b"401": grpc.StatusCode.UNAUTHENTICATED,
@@ -44,12 +44,9 @@ def status_error(code_text: bytes | None, details: str) -> CallError | None:
 
 
 def timeout_text(timeout_s: float) -> bytes:
-    """grpc-timeout: the finest unit whose count fits in 8 digits, rounded up."""
-    for unit, seconds in ((b"u", 1e-6), (b"m", 1e-3), (b"S", 1.0), (b"M", 60.0), (b"H", 3600.0)):
-        count = math.ceil(max(timeout_s, 0.0) / seconds)
-        if count < 100_000_000:
-            return b"%d%s" % (max(count, 1), unit)
-    return b"99999999H"
+    """grpc-timeout for a timeout in seconds, as grpc-go writes it. Kept for shim/rpc/client.py, which sends it.
+    Rounded to the nanosecond: float seconds carry no more, and rounding up would turn 0.067 s into 67000001n."""
+    return encode_timeout(round(min(timeout_s, 1e10) * 1e9)).encode("ascii")  # 1e10 s is past a Go Duration
 
 
 def backoff_s(failures: int, random: float) -> float:

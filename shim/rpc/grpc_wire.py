@@ -3,24 +3,30 @@
 - A request's header block -> `CallHead` (path, metadata as grpc.aio hands it to a handler, deadline, encoding),
   or `BadRequest` with the status grpc core answers for it.
 - Length-prefixed messages in, split by `MessageReader` (bounded by the server's receive limit, compressed
-  messages inflated for gzip and deflate as grpc core does); one message out by `message`.
+  messages inflated for gzip and deflate as grpc core does).
 - Response header blocks: the initial headers and the trailers (or both in one, "Trailers-Only"), HPACK-encoded
   as literals without indexing (RFC 7541 6.2.2): no dynamic table on either side, so there is no encoder state
   and a block can be built from constants. Status messages percent-encoded, binary metadata in base64.
+
+gRPC's own encodings (the message prefix, grpc-timeout, grpc-message) are probe_api/grpc_wire_rules.py's, shared with
+the worker; the daemon's readings of them are here.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import struct
 import zlib
 from dataclasses import dataclass
 
 import grpc
 
+from probe_api.grpc_wire_rules import (
+    COMPRESSED, PREFIX_BYTES, UNCOMPRESSED, decode_grpc_message, decode_timeout, encode_grpc_message, frame_message,
+    read_prefix,
+)
+
 GRPC_CONTENT_TYPE = b"application/grpc"
-TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 # Headers that belong to HTTP/2 or to gRPC's transport, not to the call's metadata. grpc core hands a handler
 # `user-agent` and nothing else of these; the same here.
@@ -31,7 +37,6 @@ TRANSPORT_HEADERS = frozenset({
 })
 INFLATERS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 
-_LENGTH = struct.Struct(">BL")
 Metadata = tuple[tuple[str, str | bytes], ...]
 
 
@@ -66,9 +71,10 @@ def call_head(headers: list[tuple[bytes, bytes]]) -> CallHead | BadRequest:
         if name == b"content-type":
             content_type = value
         elif name == b"grpc-timeout":
-            timeout_s = parse_timeout(value)
-            if timeout_s is None:
+            timeout_ns = decode_timeout(value)
+            if timeout_ns is None:
                 return BadRequest(grpc.StatusCode.INTERNAL, f"Invalid grpc-timeout: {value!r}")
+            timeout_s = timeout_ns / 1e9
         elif name == b"grpc-encoding":
             encoding = value
         elif name == b"user-agent" or name not in TRANSPORT_HEADERS:
@@ -93,11 +99,10 @@ def call_head(headers: list[tuple[bytes, bytes]]) -> CallHead | BadRequest:
 
 
 def parse_timeout(value: bytes) -> float | None:
-    """grpc-timeout: at most 8 digits and a unit (H M S m u n); None when malformed."""
-    digits, unit = value[:-1], value[-1:]
-    if not 0 < len(digits) <= 8 or not digits.isdigit() or unit not in TIMEOUT_UNITS:
-        return None
-    return int(digits) * TIMEOUT_UNITS[unit]
+    """grpc-timeout in seconds, None when malformed (decode_timeout's rule). Kept for callers outside this module
+    that import it by this name."""
+    ns = decode_timeout(value)
+    return None if ns is None else ns / 1e9
 
 
 class MessageTooLarge(Exception):
@@ -113,7 +118,7 @@ class InvalidMetadata(ValueError):
 
 
 class MessageReader:
-    """Length-prefixed messages out of a stream's DATA, in order."""
+    """Length-prefixed messages out of a stream's DATA, in order (the prefix read by grpc_wire_rules.read_prefix)."""
 
     __slots__ = ("_buffer", "_limit", "_inflate_bits")
 
@@ -124,20 +129,21 @@ class MessageReader:
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
-        if not buffer and len(data) >= 5:  # the common case: one whole message in one DATA frame
-            compressed, length = _LENGTH.unpack_from(data)
-            if len(data) == 5 + length and length <= self._limit:
-                return [self._payload(compressed, data[5:])]
+        if not buffer and len(data) >= PREFIX_BYTES:  # the common case: one whole message in one DATA frame
+            flag, length = read_prefix(data)
+            if len(data) == PREFIX_BYTES + length and length <= self._limit:
+                return [self._payload(flag, data[PREFIX_BYTES:])]
         buffer += data
         messages = []
-        while len(buffer) >= 5:
-            compressed, length = _LENGTH.unpack_from(buffer)
+        while len(buffer) >= PREFIX_BYTES:
+            flag, length = read_prefix(buffer)
             if length > self._limit:
                 raise MessageTooLarge(f"Received message larger than max ({length} vs. {self._limit})")
-            if len(buffer) < 5 + length:
+            end = PREFIX_BYTES + length
+            if len(buffer) < end:
                 break
-            messages.append(self._payload(compressed, bytes(buffer[5:5 + length])))
-            del buffer[:5 + length]
+            messages.append(self._payload(flag, bytes(buffer[PREFIX_BYTES:end])))
+            del buffer[:end]
         return messages
 
     @property
@@ -145,9 +151,11 @@ class MessageReader:
         """Bytes of an unfinished message are left (a request that ends here is malformed)."""
         return bool(self._buffer)
 
-    def _payload(self, compressed: int, payload: bytes) -> bytes:
-        if not compressed:
+    def _payload(self, flag: int, payload: bytes) -> bytes:
+        if flag == UNCOMPRESSED:
             return payload
+        if flag != COMPRESSED:  # grpc-go's checkRecvPayload; grpc core: "Bad GRPC frame type"
+            raise BadMessage(f"received unexpected payload format {flag}")
         if self._inflate_bits is None:
             raise BadMessage("a compressed message without grpc-encoding")
         inflater = zlib.decompressobj(self._inflate_bits)
@@ -162,8 +170,10 @@ class MessageReader:
         return data
 
 
-def message(payload: bytes) -> bytes:
-    return _LENGTH.pack(0, len(payload)) + payload
+# The shared rules under this module's old names, kept for the callers that import them so (shim/rpc/client.py and
+# call.py send `message`).
+message = frame_message
+percent_encoded = encode_grpc_message
 
 
 # --- header blocks ------------------------------------------------------------------------------------------------
@@ -243,7 +253,7 @@ def trailers(code: grpc.StatusCode, details: str = "", trailing_metadata=(), *, 
     else:
         block = _literal(b"grpc-status", str(code.value[0]).encode())
         if details:
-            block += _literal(b"grpc-message", percent_encoded(details))
+            block += _literal(b"grpc-message", encode_grpc_message(details))
     block += metadata
     if not trailers_only:
         return block
@@ -251,14 +261,6 @@ def trailers(code: grpc.StatusCode, details: str = "", trailing_metadata=(), *, 
         return _literal(b":status", http_status) + b"\x0f\x10" + _integer(
             len(GRPC_CONTENT_TYPE), 7) + GRPC_CONTENT_TYPE + block
     return RESPONSE_START + block
-
-
-def percent_encoded(text: str) -> bytes:
-    """grpc-message: UTF-8, with bytes outside 0x20-0x7E and '%' itself as %XX."""
-    raw = text.encode("utf-8", "replace")
-    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
-        return raw
-    return b"".join(bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte for byte in raw)
 
 
 # --- the client's half (client.py): what a response's header blocks carry -------------------------------------------
@@ -285,29 +287,10 @@ def response_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, st
 
 
 def percent_decoded(raw: bytes) -> str:
-    """grpc-message back to text: %XX sequences to bytes (invalid sequences kept, as grpc does), then UTF-8, or
-    Latin-1 when that fails, as grpcio hands details over (grpc/_common.py decode)."""
-    if b"%" not in raw:
-        return _text(raw)
-    out = bytearray()
-    index = 0
-    while index < len(raw):
-        byte = raw[index]
-        if byte == 0x25 and _is_hex(raw[index + 1:index + 3]):
-            out.append(int(raw[index + 1:index + 3], 16))
-            index += 3
-        else:
-            out.append(byte)
-            index += 1
-    return _text(bytes(out))
-
-
-def _text(raw: bytes) -> str:
+    """grpc-message as the client's details: decode_grpc_message's bytes as UTF-8, or Latin-1 when they are not, as
+    grpcio hands details over (grpc/_common.py decode). Kept by this name for shim/rpc/client.py."""
+    decoded = decode_grpc_message(raw)
     try:
-        return raw.decode("utf-8")
+        return decoded.decode("utf-8")
     except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-def _is_hex(pair: bytes) -> bool:
-    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
+        return decoded.decode("latin-1")

@@ -288,10 +288,9 @@ def test_a_runtime_breaking_the_protocol_gets_goaway_protocol_error_and_the_call
     run(scenario())
 
 
-def test_timeout_text_is_the_finest_unit_that_fits_in_eight_digits():
+def test_timeout_text_is_grpc_gos_for_the_seconds_rounded_to_nanoseconds():
+    """The encoding is grpc_wire_rules.encode_timeout's (tested there); here the seconds it is given."""
     assert timeout_text(0.25) == b"250000u"
-    assert timeout_text(0) == b"1u"
-    assert timeout_text(-1) == b"1u"
-    assert timeout_text(150.0) == b"150000m"
-    assert timeout_text(10**9) == b"16666667M"
-    assert timeout_text(10**12) == b"99999999H"
+    assert timeout_text(0.067) == b"67000000n"  # 67000000.00000001 ns as a float: not rounded up to 67000001n
+    assert timeout_text(0) == timeout_text(-1) == b"0n"
+    assert timeout_text(10**12) == timeout_text(float("inf")) == b"2562048H"  # past a Go Duration: the longest
