@@ -151,6 +151,11 @@ class MessageReader:
         """Bytes of an unfinished message are left (a request that ends here is malformed)."""
         return bool(self._buffer)
 
+    @property
+    def buffered(self) -> int:
+        """How many bytes of an unfinished message it holds (its prefix included)."""
+        return len(self._buffer)
+
     def _payload(self, flag: int, payload: bytes) -> bytes:
         if flag == UNCOMPRESSED:
             return payload

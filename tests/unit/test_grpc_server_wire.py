@@ -117,18 +117,20 @@ def framed(payload: bytes, compressed: bool = False) -> bytes:
 def test_message_split_across_frames_byte_by_byte():
     reader = MessageReader(1024)
     wire = framed(b"hello")
-    for byte in wire[:-1]:
+    for held, byte in enumerate(wire[:-1], 1):
         assert reader.feed(bytes((byte,))) == []
-        assert reader.partial
+        assert reader.partial and reader.buffered == held
     assert reader.feed(wire[-1:]) == [b"hello"]
-    assert not reader.partial
+    assert not reader.partial and reader.buffered == 0
 
 
 def test_several_messages_in_one_frame_and_one_across_the_next():
     reader = MessageReader(1024)
     wire = framed(b"one") + framed(b"") + framed(b"three") + framed(b"four")
     assert reader.feed(wire[:-2]) == [b"one", b"", b"three"]
+    assert reader.buffered == len(framed(b"four")) - 2
     assert reader.feed(wire[-2:]) == [b"four"]
+    assert reader.buffered == 0
 
 
 def test_one_whole_message_per_frame():
