@@ -7,6 +7,15 @@ set_trailing_metadata, set_code/set_details, read/write for streams; its request
 deserializer. The statuses of the server itself follow grpc core's: a deadline that passes ends the handler
 (cancelled) with DEADLINE_EXCEEDED "Deadline Exceeded"; an exception that escapes is UNKNOWN "Unexpected <class>:
 <text>"; a request that cannot be decoded is INTERNAL.
+
+A call always ends, and ends once (`_release`): when its handler's task is done, whatever ended it (an answer, an
+exception, a cancellation before the handler ever ran: a client that resets at once, a grpc-timeout of 0). The
+server's own endings (the deadline, a request over the limits) answer the client at that moment and cancel the
+handler; the call keeps its place among the connection's calls until the handler has really ended.
+
+The request's bytes go back to the client's windows as the handler takes them (`_credit`): a whole message when it
+is read, the part of a message still arriving as it arrives while the handler waits for it (else a message larger
+than the window could never complete). What a call holds is counted on its connection, which bounds the total.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_BACKLOG = 1 << 20  # bytes a streaming handler may have queued before write() waits for the client
-UNREAD_MESSAGES = 2  # in max_message units: what a client may send ahead of its handler's reads before it is refused
+PREFIX = 5  # a message's length prefix on the wire
 
 
 class _PeerGone(Exception):
@@ -38,48 +47,53 @@ class _PeerGone(Exception):
 
 class ServerCall(grpc.aio.ServicerContext):
     def __init__(self, connection: GrpcConnection, stream_id: int, head: CallHead,
-                 handler: grpc.RpcMethodHandler, max_message: int) -> None:
+                 handler: grpc.RpcMethodHandler, max_message: int, deadline: float | None = None) -> None:
         self._connection = connection
         self._stream_id = stream_id
         self._head = head
         self._handler = handler
         self._reader = grpc_wire.MessageReader(max_message, head.encoding)
         self._inbox: deque[bytes] = deque()
-        self._unread = 0  # bytes in the inbox
-        self._unread_limit = UNREAD_MESSAGES * max_message
+        self._unread = 0  # wire bytes of the messages in the inbox
+        self._received = 0  # request bytes arrived
+        self._credited = 0  # ... given back to the client's windows
+        self._held = 0  # ... counted on the connection as held by this call
         self._remote_done = False
-        self._inbox_error: tuple[grpc.StatusCode, str] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._headers_sent = False
         self._trailing: tuple = ()
         self._code: grpc.StatusCode | None = None
         self._details = ""
         self._ended_by: tuple[grpc.StatusCode, str] | None = None  # the server ended the call (deadline, overflow)
+        self._answered = False  # the status went out (or cannot any more)
         self._gone = False
         self._done = False
         self._done_callbacks: list[Callable[[ServerCall], None]] = []
         loop = connection.loop
-        self._deadline = None if head.timeout_s is None else loop.time() + head.timeout_s
-        self._timer = None if head.timeout_s is None else loop.call_later(head.timeout_s, self._expire)
+        if deadline is None and head.timeout_s is not None:
+            deadline = loop.time() + head.timeout_s
+        self._deadline = deadline  # on the loop's clock, from when the request arrived
+        self._timer = None if deadline is None else loop.call_at(deadline, self._expire)
         self.task = loop.create_task(self._run())
+        self.task.add_done_callback(self._task_done)
 
     # --- from the connection -------------------------------------------------------------------------------------
 
     def on_data(self, data: bytes, ended: bool) -> None:
-        if self._inbox_error is None:
+        if self._ended_by is not None or self._gone:
+            self._connection.h2.consume(self._stream_id, len(data))  # nobody reads it any more
+        else:
+            self._received += len(data)
             try:
                 for message in self._reader.feed(data):
                     self._inbox.append(message)
-                    self._unread += len(message)
-                if self._unread > self._unread_limit:  # the window is given back as data arrives: this is the bound
-                    self._inbox.clear()
-                    self._inbox_error = (grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                         "the client sent more than the call reads")
-                    self._end_by(*self._inbox_error)
+                    self._unread += len(message) + PREFIX
             except MessageTooLarge as error:
-                self._inbox_error = (grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+                self._end_by(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
             except BadMessage as error:
-                self._inbox_error = (grpc.StatusCode.INTERNAL, str(error))
+                self._end_by(grpc.StatusCode.INTERNAL, str(error))
+            else:
+                self._credit()
         if ended:
             self.on_end()
         else:
@@ -87,13 +101,13 @@ class ServerCall(grpc.aio.ServicerContext):
 
     def on_end(self) -> None:
         self._remote_done = True
-        if self._reader.partial and self._inbox_error is None:
-            self._inbox_error = (grpc.StatusCode.INTERNAL, "the request ended inside a message")
+        if self._reader.partial and self._ended_by is None:
+            self._end_by(grpc.StatusCode.INTERNAL, "the request ended inside a message")
         self._wake()
 
     def on_reset(self) -> None:
-        """The client reset the stream, or the connection is gone."""
-        self._gone = True
+        """The client reset the stream, or the connection is gone: no answer, the handler is cancelled."""
+        self._gone = self._answered = True
         if not self.task.done():
             self.task.cancel()
 
@@ -149,7 +163,12 @@ class ServerCall(grpc.aio.ServicerContext):
     async def write(self, message) -> None:
         connection = self._connection
         while connection.h2.backlog(self._stream_id) > WRITE_BACKLOG or connection.paused:
-            await self._wait()
+            # Woken by a window opening for this stream (WindowOpened) or by the socket draining, nothing else.
+            connection.blocked_writers.add(self)
+            try:
+                await self._wait()
+            finally:
+                connection.blocked_writers.discard(self)
         self._send_message(self._encode(message))
         connection.flush()
 
@@ -182,9 +201,9 @@ class ServerCall(grpc.aio.ServicerContext):
 
     # --- the run -------------------------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _run(self) -> tuple[grpc.StatusCode, str] | None:
+        """The handler's run, and the status it ends in (None: the client is gone, there is nobody to answer)."""
         handler = self._handler
-        code, details = grpc.StatusCode.OK, ""
         try:
             if handler.request_streaming:
                 request: Any = self._requests()
@@ -202,22 +221,38 @@ class ServerCall(grpc.aio.ServicerContext):
                 behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
                 response = await behavior(request, self)
                 self._send_message(self._encode(response))
-            code, details = self._code or grpc.StatusCode.OK, self._details
+            return self._code or grpc.StatusCode.OK, self._details
         except grpc.aio.AbortError:
-            code, details = self._code or grpc.StatusCode.UNKNOWN, self._details
+            return self._code or grpc.StatusCode.UNKNOWN, self._details
         except _Status as status:
-            code, details = status.code, status.details
-        except (asyncio.CancelledError, _PeerGone):
-            if self._ended_by is None or self._gone:
-                self._end()
-                return
-            code, details = self._ended_by
+            return status.code, status.details
+        except _PeerGone:
+            return None
         except Exception as error:  # noqa: BLE001 - a handler's bug becomes a status, as in grpc core
             log.exception("handler of %s failed", self._head.path)
-            code, details = grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
-        self._finish(code, details)
+            return grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
 
-    def _finish(self, code: grpc.StatusCode, details: str) -> None:
+    def _task_done(self, task: asyncio.Task) -> None:
+        """The one way a call ends: the handler is done, or was cancelled before or while it ran."""
+        outcome = None
+        if not task.cancelled():
+            if task.exception() is None:
+                outcome = task.result()
+            else:  # BaseException beyond a handler's bugs (SystemExit...): the client still gets an answer
+                outcome = grpc.StatusCode.UNKNOWN, "the handler did not end normally"
+        if outcome is not None:
+            self._answer(*outcome)
+        elif not self._answered:  # cancelled by the server stopping: as grpc core, the client hears CANCELLED
+            self._answer(grpc.StatusCode.CANCELLED, "Cancelled")
+        self._release()
+
+    def _answer(self, code: grpc.StatusCode, details: str) -> None:
+        """The call's status to the client, once; a status the server decided (deadline, limits) comes first."""
+        if self._answered:
+            return
+        self._answered = True
+        if self._ended_by is not None:
+            code, details = self._ended_by
         h2 = self._connection.h2
         if self._headers_sent:
             h2.send_headers(self._stream_id, grpc_wire.trailers(code, details, self._trailing), end_stream=True)
@@ -226,12 +261,15 @@ class ServerCall(grpc.aio.ServicerContext):
                             end_stream=True)
         h2.finish_stream(self._stream_id)
         self._connection.flush()
-        self._end()
 
-    def _end(self) -> None:
+    def _release(self) -> None:
         self._done = True
         if self._timer is not None:
             self._timer.cancel()
+        self._inbox.clear()
+        self._unread = 0
+        self._reader = _DONE
+        self._credit_all()
         self._connection.call_ended(self._stream_id)
         for callback in self._done_callbacks:
             try:
@@ -243,18 +281,52 @@ class ServerCall(grpc.aio.ServicerContext):
         self._end_by(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     def _end_by(self, code: grpc.StatusCode, details: str) -> None:
-        """The server ends the call: the handler is cancelled and the client gets this status."""
+        """The server ends the call: the client gets this status now, the handler is cancelled, what the call
+        holds of the request is dropped."""
         if self._ended_by is None:
             self._ended_by = (code, details)
+        self._answer(code, details)
+        self._inbox.clear()
+        self._unread = 0
+        self._reader = _DONE  # a message it was reading is dropped
+        self._credit_all()
         if not self.task.done():
             self.task.cancel()
+
+    # --- flow control --------------------------------------------------------------------------------------------
+
+    def _credit(self) -> None:
+        """Gives the client's windows back what the handler took, and counts what the call holds. Of a message still
+        arriving, its bytes go back as they arrive while the handler waits for it (nothing else is unread)."""
+        partial = self._reader.buffered
+        unconsumed = self._unread + (partial if self._inbox else 0)
+        due = self._received - self._credited - unconsumed
+        if due > 0:
+            self._credited += due
+            self._connection.h2.consume(self._stream_id, due)
+        held = self._unread + partial
+        if held != self._held:
+            over = self._connection.hold(held - self._held)
+            self._held = held
+            if over:
+                self._end_by(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             "the connection's calls hold more request bytes than the server allows")
+
+    def _credit_all(self) -> None:
+        """Nothing more will be read: everything received goes back to the windows, nothing is held."""
+        due = self._received - self._credited
+        if due > 0:
+            self._credited += due
+            self._connection.h2.consume(self._stream_id, due)
+        if self._held:
+            self._connection.hold(-self._held)
+            self._held = 0
 
     # --- messages ------------------------------------------------------------------------------------------------
 
     async def _unary_request(self) -> bytes:
-        while not self._remote_done and self._inbox_error is None:
+        while not self._remote_done:
             await self._wait()
-        self._raise_inbox_error()
         if len(self._inbox) != 1:
             raise _Status(grpc.StatusCode.INTERNAL if self._inbox else grpc.StatusCode.UNIMPLEMENTED,
                           f"expected one request message, got {len(self._inbox)}")
@@ -262,7 +334,6 @@ class ServerCall(grpc.aio.ServicerContext):
 
     async def _next_message(self) -> bytes | None:
         while not self._inbox:
-            self._raise_inbox_error()
             if self._remote_done:
                 return None
             await self._wait()
@@ -270,16 +341,14 @@ class ServerCall(grpc.aio.ServicerContext):
 
     def _take(self) -> bytes:
         message = self._inbox.popleft()
-        self._unread -= len(message)
+        self._unread -= len(message) + PREFIX
+        self._credit()
+        self._connection.flush()  # a WINDOW_UPDATE it made
         return message
 
     async def _requests(self) -> AsyncIterator[Any]:
         while (raw := await self._next_message()) is not None:
             yield self._decode(raw)
-
-    def _raise_inbox_error(self) -> None:
-        if self._inbox_error is not None:
-            raise _Status(*self._inbox_error)
 
     def _decode(self, raw: bytes):
         deserializer = self._handler.request_deserializer
@@ -331,6 +400,9 @@ class ServerCall(grpc.aio.ServicerContext):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+_DONE = grpc_wire.MessageReader(0)  # the reader of a call that reads nothing more: it holds no bytes
 
 
 class _Status(Exception):

@@ -28,10 +28,11 @@ from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.rpc import grpc_wire
 from shim.rpc.client_rules import HTTP_STATUS_CODES, CallError, backoff_s, status_error, timeout_text
 from shim.rpc.h2_client import ClientConnection, ResponseHeaders
-from shim.rpc.h2_connection import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset
+from shim.rpc.h2_frames import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset, WindowOpened
 
 USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
 CONNECT_TIMEOUT_S = 5.0
+PREFIX = 5  # a message's length prefix on the wire
 
 
 class Call:
@@ -43,6 +44,9 @@ class Call:
         loop = connection.loop
         self._reader = grpc_wire.MessageReader(MAX_MESSAGE_BYTES)
         self._messages: collections.deque[bytes] = collections.deque()
+        self._unread = 0  # wire bytes of the messages not yet read
+        self._received = 0  # answer bytes arrived
+        self._credited = 0  # ... given back to the runtime's windows
         self._headers: asyncio.Future[tuple] = loop.create_future()
         self._status: asyncio.Future[None] = loop.create_future()
         self._waiter: asyncio.Future[None] | None = None
@@ -64,7 +68,11 @@ class Call:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._messages.popleft()
+        message = self._messages.popleft()
+        self._unread -= len(message) + PREFIX
+        self._credit()
+        self._connection.flush()
+        return message
 
     async def trailing_metadata(self) -> tuple:
         await asyncio.shield(self._status)
@@ -113,8 +121,15 @@ class Call:
             self._end(None)
 
     def on_data(self, data: bytes) -> None:
+        if self._status.done():
+            self._connection.h2.consume(self.stream_id, len(data))
+            return
+        self._received += len(data)
         try:
-            self._messages.extend(self._reader.feed(data))
+            for message in self._reader.feed(data):
+                self._messages.append(message)
+                self._unread += len(message) + PREFIX
+            self._credit()
         except grpc_wire.MessageTooLarge as error:
             self._connection.reset(self.stream_id)
             self._end(CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)))
@@ -146,11 +161,24 @@ class Call:
         self._connection.reset(self.stream_id)
         self._end(error)
 
+    def _credit(self) -> None:
+        """The runtime's windows get back what the caller read (for the proxy: what it wrote on downstream), and
+        the part of a message still arriving while the caller waits for it (nothing else is unread)."""
+        unconsumed = self._unread + (self._reader.buffered if self._messages else 0)
+        due = self._received - self._credited - unconsumed
+        if due > 0:
+            self._credited += due
+            self._connection.h2.consume(self.stream_id, due)
+
     def _end(self, error: CallError | None) -> None:
         if self._status.done():
             return
         if self._timer is not None:
             self._timer.cancel()
+        # The stream is over: its bytes go back to the connection's window (what is unread is bounded by the
+        # stream's window, and read, or dropped, soon).
+        self._connection.h2.consume(self.stream_id, self._received - self._credited)
+        self._credited = self._received
         self._error = error
         if not self._headers.done():
             self._headers.set_result(())

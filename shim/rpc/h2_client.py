@@ -1,27 +1,24 @@
-"""The client side of one HTTP/2 connection (the daemon's calls to the runtime): sans-IO, like the server's side.
-
-Everything the two sides share (frames, SETTINGS, PING, WINDOW_UPDATE and both directions of flow control,
-GOAWAY, RST_STREAM) is h2_connection.ServerConnection's; this side differs where RFC 9113 makes the sides differ:
-it sends the preface, it opens the (odd) streams, and the header blocks it receives are responses: a stream's first
-block is the response's headers (ResponseHeaders), a block with END_STREAM its trailers (or, first, both); and
-it keeps to the server's SETTINGS_MAX_CONCURRENT_STREAMS (`may_open`: the caller waits while it is False).
+"""The client side of one HTTP/2 connection (the daemon's calls to the runtime): sans-IO, on the same core as the
+server's side (h2_core.py: frames, SETTINGS, PING, WINDOW_UPDATE and both directions of flow control, GOAWAY,
+RST_STREAM). This side differs where RFC 9113 makes the sides differ: it sends the preface, it opens the (odd)
+streams, and the header blocks it receives are responses: a stream's first block is the response's headers
+(ResponseHeaders), a block with END_STREAM its trailers (or, first, both); and it keeps to the server's
+SETTINGS_MAX_CONCURRENT_STREAMS (`may_open`: the caller waits while it is False). It keeps no budgets: its peer is
+the node's container runtime.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from hpack.exceptions import HPACKError
-
-from shim.rpc.h2_connection import (
-    COMPRESSION_ERROR, END_STREAM, PREFACE, PROTOCOL_ERROR, ConnectionEnded, ConnectionError_, ServerConnection,
-    Stream,
+from shim.rpc.h2_core import Connection
+from shim.rpc.h2_frames import (
+    END_STREAM, ENABLE_PUSH, INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE, PREFACE,
+    PROTOCOL_ERROR, STREAM_WINDOW, ConnectionError_, Stream,
 )
-from shim.rpc.h2_frames import ACK, MAX_CONCURRENT_STREAMS
+from shim.rpc.limits import HEADER_LIST_BYTES
 
 MAX_STREAM_ID = 2**31 - 1
-_SETTING = struct.Struct(">HL")
 
 
 @dataclass(slots=True)
@@ -31,11 +28,10 @@ class ResponseHeaders:
     ended: bool  # END_STREAM: trailers (after DATA), or Trailers-Only as the first block
 
 
-class ClientConnection(ServerConnection):
+class ClientConnection(Connection):
     def __init__(self) -> None:
-        super().__init__()
-        self._out.insert(0, PREFACE)  # before this side's SETTINGS, which the base queued
-        self._preface_seen = True  # a server sends no preface: its first frame is its SETTINGS
+        super().__init__({INITIAL_WINDOW_SIZE: STREAM_WINDOW, MAX_HEADER_LIST_SIZE: HEADER_LIST_BYTES, ENABLE_PUSH: 0})
+        self._out.insert(0, PREFACE)  # before this side's SETTINGS, which the core queued
         self._next_stream_id = 1
         self.peer_max_streams = MAX_STREAM_ID  # unlimited until the server's SETTINGS say otherwise
 
@@ -58,22 +54,14 @@ class ClientConnection(ServerConnection):
         self._flush(stream_id, stream)
         return stream_id
 
-    def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:
-        super()._settings(flags, stream_id, payload)  # first: it refuses a malformed frame
-        if not flags & ACK:
-            for offset in range(0, len(payload), 6):
-                key, value = _SETTING.unpack_from(payload, offset)
-                if key == MAX_CONCURRENT_STREAMS:
-                    self.peer_max_streams = value
+    def _setting(self, key: int, value: int) -> None:
+        if key == MAX_CONCURRENT_STREAMS:
+            self.peer_max_streams = value
 
-    def _end(self, code: int, reason: str) -> ConnectionEnded:
-        # A GOAWAY names the last stream its *receiver* opened (RFC 9113 6.8): a server opens none here (push is
-        # off), while `last_stream_id` is this side's own last stream, which the base would send.
-        opened, self.last_stream_id = self.last_stream_id, 0
-        try:
-            return super()._end(code, reason)
-        finally:
-            self.last_stream_id = opened
+    def _goaway_last_stream(self) -> int:
+        # The last stream the *receiver* opened (RFC 9113 6.8): a server opens none here (push is off), while
+        # `last_stream_id` is this side's own last stream.
+        return 0
 
     @property
     def streams_left(self) -> int:
@@ -85,10 +73,7 @@ class ClientConnection(ServerConnection):
         super()._data(flags, stream_id, payload, events)
 
     def _header_block(self, stream_id: int, flags: int, block: bytes, events: list) -> None:
-        try:
-            headers = self._decoder.decode(block, raw=True)  # always: the decoder's table follows the peer's
-        except HPACKError as error:
-            raise ConnectionError_(COMPRESSION_ERROR, f"header block: {error}") from None
+        headers = self._decode(block)
         stream = self._streams.get(stream_id)
         if stream is None:
             if stream_id % 2 == 0 or stream_id > self.last_stream_id:

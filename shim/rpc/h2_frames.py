@@ -2,7 +2,7 @@
 the frame layout, the events a connection reports, and what it keeps per stream.
 
 What the daemon announces (windows, concurrency, header list size) is here too, so the server's and the client's
-sides (h2_connection.py, h2_client.py) announce the same.
+sides (h2_server.py, h2_client.py) announce the same.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
 
-# What this side announces. Large receive windows: a request of a few MiB (CreateContainer) arrives without waiting
-# for window updates; the memory is bounded by the caller's message limit, not by the window.
+# The receive windows both sides announce. Large: a request of a few MiB (CreateContainer) arrives without waiting
+# for window updates. They are given back as the data is consumed (h2_core.py), so they bound what a peer can have
+# sent ahead of the reader: 4 MiB a stream, 16 MiB a connection (limits.py bounds the rest).
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
-CONCURRENT_STREAMS = 4096  # REFUSED_STREAM beyond: clients retry it (grpc-go and grpc core both do)
-HEADER_LIST_LIMIT = 64 * 1024  # a request's header block, decoded; grpc clients send a few hundred bytes
 
 _FRAME_HEAD = struct.Struct(">HBBBL")  # 24-bit length as 16+8 bits, type, flags, R + stream id
 _SETTING = struct.Struct(">HL")
@@ -67,6 +66,7 @@ class StreamOpened:
     stream_id: int
     headers: list[tuple[bytes, bytes]]
     ended: bool  # the request has no body (END_STREAM on its HEADERS)
+    header_list_size: int = 0  # decoded (RFC 9113 6.5.2); over HEADER_LIST_BYTES the call is refused alone
 
 
 @dataclass(slots=True)
@@ -89,6 +89,12 @@ class StreamReset:
 
 
 @dataclass(slots=True)
+class WindowOpened:
+    """A WINDOW_UPDATE or SETTINGS let this stream's queued DATA or trailers move: its writer may go on."""
+    stream_id: int
+
+
+@dataclass(slots=True)
 class ConnectionEnded:
     """GOAWAY was sent (error_code != NO_ERROR: a rule was broken) or received; no new stream will open."""
     error_code: int
@@ -97,7 +103,7 @@ class ConnectionEnded:
     last_stream_id: int = 0  # of a GOAWAY received: the peer's last stream served; later ones never were
 
 
-Event = StreamOpened | DataReceived | StreamEnded | StreamReset | ConnectionEnded
+Event = StreamOpened | DataReceived | StreamEnded | StreamReset | WindowOpened | ConnectionEnded
 
 
 # --- per stream ------------------------------------------------------------------------------------------------
@@ -106,7 +112,8 @@ Event = StreamOpened | DataReceived | StreamEnded | StreamReset | ConnectionEnde
 class Stream:
     """What a connection keeps of one stream, either side."""
 
-    __slots__ = ("send_window", "pending", "trailers", "end_with_data", "remote_open", "local_open", "unacked")
+    __slots__ = ("send_window", "pending", "trailers", "end_with_data", "remote_open", "local_open",
+                 "receive_window", "consumed")
 
     def __init__(self, send_window: int) -> None:
         self.send_window = send_window
@@ -115,7 +122,8 @@ class Stream:
         self.end_with_data = False  # or: an empty DATA frame with END_STREAM once `pending` is out (a client's)
         self.remote_open = True
         self.local_open = True
-        self.unacked = 0  # received bytes not yet given back to the client's stream window
+        self.receive_window = STREAM_WINDOW  # what the peer may still send on it
+        self.consumed = 0  # bytes consumed and not yet given back to the peer's stream window
 
 
 def unpadded(flags: int, payload: bytes) -> bytes:

@@ -47,10 +47,9 @@ HEADER_LIST_BYTES = 64 * 1024
 # --- the write side --------------------------------------------------------------------------------------------
 
 # Frames this side queues in answer to the client (PING and SETTINGS acknowledgements, RST_STREAM, refusals) that
-# are not yet written to the socket: past this many, the connection stops reading until the socket drains
-# (grpc core's DEFAULT_MAX_PENDING_INDUCED_FRAMES; Go's net/http2 closes the connection at the same number). A
-# client that sends control frames and never reads gets nothing more read: 3M SETTINGS frames from a client that
-# did not read grew grpcio's and this server's write buffer by 27 MiB before.
+# are not yet written to the socket: past this many, the connection ends with GOAWAY ENHANCE_YOUR_CALM (Go's
+# net/http2 maxQueuedControlFrames; grpc core stops reading at the same number, DEFAULT_MAX_PENDING_INDUCED_FRAMES).
+# 3M SETTINGS frames from a client that did not read grew grpcio's and this server's write buffer by 27 MiB before.
 INDUCED_FRAMES = 10_000
 # The socket's write buffer: above it the transport pauses writing and the connection stops reading (asyncio's
 # flow control; 64 KiB is its default high-water mark). What a call writes waits below it too.
@@ -77,10 +76,11 @@ CLOSE_GRACE_S = 5.0
 # cancel everything it has in flight at once (a kubelet stopping); 100 a second sustained is 0.4% of a core.
 RESET_BURST = 1000
 RESETS_PER_S = 100.0
-# Frames that move no call forward: SETTINGS (other than acknowledgements), PRIORITY, frames of unknown types,
-# DATA without data or end, a header block fragment without bytes, WINDOW_UPDATE or RST_STREAM on a stream that is
-# gone, a PING acknowledgement this side never asked for. A gRPC client sends a few per connection (grpc-go
-# a SETTINGS per window change of its BDP estimator). Flooded, each costs a parse and often an answer.
+# Frames that move no call forward: SETTINGS (but the client's first), PRIORITY, frames of unknown types, DATA
+# without data or end, a header block fragment without bytes, a PING acknowledgement this side never asked for.
+# A gRPC client sends a few per connection (grpc-go a SETTINGS per window change of its BDP estimator). Flooded,
+# each costs a parse and often an answer. Frames of a stream that has just closed (DATA, WINDOW_UPDATE, RST_STREAM
+# in flight, RFC 9113 5.1) are not glitches: a client that sends a large request the server refused has many.
 GLITCH_BURST = 1000
 GLITCHES_PER_S = 100.0
 # PINGs: grpc-go's server keepalive enforcement with its defaults (keepalive.EnforcementPolicy: MinTime 5 min, no

@@ -4,8 +4,14 @@ It replaces `grpc.aio.server()` in the daemon because of what a call costs: grpc
 C core, a completion queue polled from a thread of its own and the Cython glue that wakes the event loop, about
 0.4 ms of CPU per unary call on a 2-core machine, before the handler runs. A bridged probe is one such call
 (the kubelet's ExecSync) and the daemon's whole budget for it is 0.4 ms. Here a call is one read and one write on
-the event loop's thread: HTTP/2 in h2_connection.py (sans-IO), gRPC's rules in grpc_wire.py, the handler's run in
+the event loop's thread: HTTP/2 in h2_server.py (sans-IO), gRPC's rules in grpc_wire.py, the handler's run in
 call.py. Measured: bench/profiles/2026-11-27-grpc-server/README.md.
+
+What a client can make it hold is bounded (limits.py): calls per connection and across connections, connections,
+request bytes a connection's calls hold, and budgets that end an abusing connection (h2_server.py). When the socket
+does not take what the server writes (the client does not read), the connection stops reading until it does; a
+connection that sends no preface in PREFACE_TIMEOUT_S, or has no call for IDLE_TIMEOUT_S, is told GOAWAY and
+closed, and a connection that must close is closed within CLOSE_GRACE_S even when the client reads nothing.
 
 Handlers are registered as on grpcio (`add_generic_rpc_handlers`, `add_registered_method_handlers`), so the
 generated servicers, grpcio's health and reflection servicers and the CRI proxy run on it unchanged; clients are
@@ -29,8 +35,13 @@ import grpc.aio
 from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.rpc import grpc_wire
 from shim.rpc.call import ServerCall
-from shim.rpc.h2_connection import (
-    ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset,
+from shim.rpc.h2_frames import ENHANCE_YOUR_CALM, NO_ERROR
+from shim.rpc.h2_server import (
+    ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset, WindowOpened,
+)
+from shim.rpc.limits import (
+    CLOSE_GRACE_S, CONCURRENT_CALLS, CONNECTION_INBOUND_BYTES, HEADER_LIST_BYTES, IDLE_TIMEOUT_S, PREFACE_TIMEOUT_S,
+    SERVER_CALLS, SERVER_CONNECTIONS, WRITE_BUFFER_HIGH,
 )
 
 log = logging.getLogger(__name__)
@@ -51,38 +62,67 @@ class GrpcConnection(asyncio.Protocol):
         self._server = server
         self.loop = asyncio.get_running_loop()
         self.h2 = ServerConnection()
-        self.paused = False
+        self.paused = False  # the socket's write buffer is over its high-water mark
+        self.blocked_writers: set[ServerCall] = set()  # calls waiting in write() for the socket or a window
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, ServerCall] = {}
+        self._inbound = 0  # request bytes the calls hold (limits.CONNECTION_INBOUND_BYTES)
+        self._timer: asyncio.TimerHandle | None = None  # the preface's, then the idle one, then the close's
+        self._lost = False
+        self._rejected = False  # over the connections limit
+        self._arrived = 0.0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._server._connections.add(self)
-        if self._server._stopping:
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # type: ignore[attr-defined]
+        server = self._server
+        if len(server._connections) >= SERVER_CONNECTIONS:
+            # Closed once the client's first bytes are read: a unix socket closed with bytes unread resets its
+            # peer, which could then miss the GOAWAY that says why.
+            self._rejected = True
+            self.h2.go_away(ENHANCE_YOUR_CALM, "too many connections")
+            self.flush()
+            self._timer = self.loop.call_later(CLOSE_GRACE_S, self._close)
+            return
+        server._connections.add(self)
+        if server._stopping:
             self.h2.go_away()
+        self._timer = self.loop.call_later(PREFACE_TIMEOUT_S, self._preface_expired)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
-        for event in self.h2.receive(data):
-            if type(event) is DataReceived:
+        h2 = self.h2
+        if self._rejected:
+            self._close()  # over the connections limit: its first bytes are read, it is closed
+            return
+        was_connected = h2.connected
+        self._arrived = self.loop.time()  # when the calls this read opens began: their deadlines count from it
+        for event in h2.receive(data):
+            kind = type(event)
+            if kind is DataReceived:
                 call = self._calls.get(event.stream_id)
                 if call is not None:
                     call.on_data(event.data, event.ended)
-            elif type(event) is StreamOpened:
+                else:  # a stream refused or answered already: its bytes go back to the windows at once
+                    h2.consume(event.stream_id, len(event.data))
+            elif kind is StreamOpened:
                 self._open(event)
-            elif type(event) is StreamEnded:
+            elif kind is WindowOpened:
+                if (call := self._calls.get(event.stream_id)) is not None:
+                    call.on_writable()
+            elif kind is StreamEnded:
                 if (call := self._calls.get(event.stream_id)) is not None:
                     call.on_end()
-            elif type(event) is StreamReset:
+            elif kind is StreamReset:
                 if (call := self._calls.get(event.stream_id)) is not None:
                     call.on_reset()
-            elif type(event) is ConnectionEnded:
+            elif kind is ConnectionEnded:
                 if event.error_code:
                     log.warning("gRPC connection ended: %s (HTTP/2 error %d%s)", event.reason, event.error_code,
                                 ", by the client" if event.by_peer else "")
-        for call in self._calls.values():  # a WINDOW_UPDATE may have made room for a waiting writer
-            call.on_writable()
+        if h2.connected and not was_connected:
+            self._idle_from_now()
         self.flush()
         self._close_if_done()
         self._server._check_drained()  # a WINDOW_UPDATE may have let the last answer out
@@ -91,27 +131,47 @@ class GrpcConnection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._cancel_timer()
         self._server._connections.discard(self)
         for call in list(self._calls.values()):
             call.on_reset()
         self._server._check_drained()
 
     def pause_writing(self) -> None:
+        # The client does not read what it is sent: nothing more of it is read either (its requests, its control
+        # frames), until it does. gRPC clients read their socket whatever their calls do, so none waits on this.
         self.paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
-        for call in self._calls.values():
+        self.h2.written()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+        for call in list(self.blocked_writers):
             call.on_writable()
 
     # for the calls
     def flush(self) -> None:
         data = self.h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+        transport = self._transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+            if not transport.get_write_buffer_size():  # all in the socket: the client reads what it is sent
+                self.h2.written()
+
+    def hold(self, delta: int) -> bool:
+        """A call holds `delta` more (or fewer) request bytes; True when the connection's total is over its limit."""
+        self._inbound += delta
+        return delta > 0 and self._inbound > CONNECTION_INBOUND_BYTES
 
     def call_ended(self, stream_id: int) -> None:
-        self._calls.pop(stream_id, None)
+        if self._calls.pop(stream_id, None) is not None:
+            self._server._live_calls -= 1
+            if not self._calls:
+                self._idle_from_now()
         self._close_if_done()
         self._server._check_drained()
 
@@ -123,21 +183,38 @@ class GrpcConnection(asyncio.Protocol):
     def abort(self) -> None:
         for call in list(self._calls.values()):
             call.on_reset()
-        if self._transport is not None:
-            self._transport.close()
+        self._close()
 
     # internals
     def _open(self, event: StreamOpened) -> None:
+        stream_id = event.stream_id
+        if event.header_list_size > HEADER_LIST_BYTES:  # grpc core's answer to metadata over its limit
+            self._refuse(stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"received metadata size exceeds limit ({event.header_list_size} vs. {HEADER_LIST_BYTES})")
+            return
+        if len(self._calls) >= CONCURRENT_CALLS:  # handlers of reset streams still ending: Go's rule
+            self.h2.refuse(stream_id)
+            return
+        if self._server._live_calls >= SERVER_CALLS:
+            self._refuse(stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED, "the server has too many calls in flight")
+            return
         head = grpc_wire.call_head(event.headers)
         if isinstance(head, grpc_wire.BadRequest):
-            self._refuse(event.stream_id, head.code, head.details, head.http_status)
+            self._refuse(stream_id, head.code, head.details, head.http_status)
             return
         handler = self._server._handler(head)
         if handler is None:
-            self._refuse(event.stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            self._refuse(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
-        call = ServerCall(self, event.stream_id, head, handler, self._server._max_message)
-        self._calls[event.stream_id] = call
+        deadline = None if head.timeout_s is None else self._arrived + head.timeout_s
+        if deadline is not None and deadline <= self.loop.time():  # 0n, 1n: over before it could run (grpc core)
+            self._refuse(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            return
+        if not self._calls:
+            self._cancel_timer()  # not idle
+        call = ServerCall(self, stream_id, head, handler, self._server._max_message, deadline)
+        self._calls[stream_id] = call
+        self._server._live_calls += 1
         if event.ended:
             call.on_end()
 
@@ -153,11 +230,44 @@ class GrpcConnection(asyncio.Protocol):
         if ended is None or self._transport is None:
             return
         if ended.error_code:
-            self.flush()
             self.abort()
         elif not self._calls and not self.h2.sending:
-            self.flush()
-            self._transport.close()
+            self._close()
+
+    def _close(self) -> None:
+        """Closes the socket once what is queued is written, or after CLOSE_GRACE_S if the client does not read."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self.flush()
+        transport.close()
+        self._cancel_timer()
+        if not self._lost:
+            self._timer = self.loop.call_later(CLOSE_GRACE_S, transport.abort)
+
+    def _idle_from_now(self) -> None:
+        transport = self._transport
+        if (self.h2.connected and not self._calls and self.h2.closed is None and not self._lost
+                and transport is not None and not transport.is_closing()):
+            self._cancel_timer()
+            self._timer = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_expired)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _preface_expired(self) -> None:
+        self._timer = None
+        if not self.h2.connected:
+            log.warning("gRPC connection closed: no HTTP/2 preface within %.0f s", PREFACE_TIMEOUT_S)
+            self.h2.go_away(NO_ERROR, "no preface")
+            self._close()
+
+    def _idle_expired(self) -> None:
+        self._timer = None
+        if not self._calls:
+            self.go_away()
 
     @property
     def draining(self) -> bool:
@@ -175,6 +285,7 @@ class Server(grpc.aio.Server):
         self._sockets: list[socket.socket] = []
         self._listeners: list[asyncio.AbstractServer] = []
         self._connections: set[GrpcConnection] = set()
+        self._live_calls = 0  # calls whose handler runs, across connections (limits.SERVER_CALLS)
         self._stopping = False
         self._drained: asyncio.Event | None = None  # while stopping: set once every connection is drained
         self._terminated: asyncio.Event | None = None

@@ -18,9 +18,9 @@ import h2.settings
 import pytest
 
 from shim.rpc import grpc_wire
-from shim.rpc import h2_connection as hc
+from shim.rpc import h2_server as hc
 from shim.rpc.h2_client import ClientConnection, ResponseHeaders
-from shim.rpc.h2_connection import ConnectionEnded, DataReceived, StreamReset, frame
+from shim.rpc.h2_server import ConnectionEnded, DataReceived, StreamReset, frame
 from tests.support.h2_pair import PumpedPair, parse_frames
 
 Codes = h2.settings.SettingCodes
@@ -31,10 +31,12 @@ RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")
 
 
 class Pair(PumpedPair):
-    """A ClientConnection and h2's server."""
+    """A ClientConnection and h2's server. The client's side consumes the DATA it reads, as a caller that reads
+    every message does."""
 
-    def __init__(self, *, server_settings: dict | None = None) -> None:
+    def __init__(self, *, server_settings: dict | None = None, consuming: bool = True) -> None:
         super().__init__()
+        self.consuming = consuming
         self.server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         if server_settings:  # announced in the server's first SETTINGS
             self.server.local_settings = h2.settings.Settings(client=False, initial_values=server_settings)
@@ -45,7 +47,12 @@ class Pair(PumpedPair):
         return self.server.receive_data(data)
 
     def to_client(self, data: bytes) -> list:
-        return self.client.receive(data)
+        events = self.client.receive(data)
+        if self.consuming:
+            for event in events:
+                if isinstance(event, DataReceived):
+                    self.client.consume(event.stream_id, len(event.data))
+        return events
 
     def request(self, body: bytes = b"\x00\x00\x00\x00\x02hi", block: bytes = REQUEST) -> int:
         stream_id = self.client.open_stream(block, body)
@@ -253,7 +260,7 @@ def test_goaway_from_the_server_carries_its_last_stream_id(pair):
 
 def test_streams_the_goaway_served_still_get_their_response(pair):
     stream_id = pair.request()
-    # By hand: h2 itself sends nothing more after its GOAWAY, as a graceful server does (grpc's, h2_connection's).
+    # By hand: h2 itself sends nothing more after its GOAWAY, as a graceful server does (grpc's, h2_server's).
     goaway = frame(hc.GOAWAY, 0, 0, struct.pack(">LL", stream_id, hc.NO_ERROR))
     pair.client_events += pair.client.receive(goaway)
     pair.server.send_headers(stream_id, RESPONSE_HEADERS + [(b"grpc-status", b"0")], end_stream=True)

@@ -20,7 +20,10 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from shim.rpc import grpc_wire
+from shim.rpc import h2_server as hc
+from shim.rpc.call import WRITE_BACKLOG
 from shim.rpc.server import Server
+from tests.support.h2_socket_client import H2SocketClient
 
 BOUND = 10.0  # seconds for what must happen; a hang fails the test instead of blocking the suite
 
@@ -125,7 +128,7 @@ def test_unary_call_and_the_metadata_the_handler_sees():
 
 
 def test_server_streaming_over_a_mib_to_a_slow_reader_is_held_back_by_flow_control():
-    size, count = 64 * 1024, 400  # 25 MiB: more than any window of the client plus the server's write backlog
+    size, count = 64 * 1024, 400  # 25 MiB: far more than the client's window plus the server's write backlog
     produced = []
 
     async def handler(request, context):
@@ -135,16 +138,29 @@ def test_server_streaming_over_a_mib_to_a_slow_reader_is_held_back_by_flow_contr
 
     async def scenario():
         async with serving({"/t.T/S": grpc.unary_stream_rpc_method_handler(handler)}) as served:
-            call = served.channel.unary_stream("/t.T/S")(b"")
-            first = await bounded(call.read())
-            # Not a synchronisation: time for the handler to run ahead as far as the windows let it.
-            await asyncio.sleep(0.3)
-            assert len(produced) < count // 2
-            received = [first]
-            while (message := await bounded(call.read())) is not grpc.aio.EOF:
-                received.append(message)
-            assert received == [index.to_bytes(4, "big") * (size // 4) for index in range(count)]
-            assert await call.code() == grpc.StatusCode.OK
+            client = await H2SocketClient.connect(served.path)
+            stream_id = client.open("/t.T/S")
+            client.message(stream_id, b"")
+            await client.send()
+            body = bytearray()
+            while len(body) < 65_535:  # h2's default window, which it does not reopen by itself: all it may get
+                body += b"".join(e.data for e in await client.read_once() if isinstance(e, h2.events.DataReceived))
+            await client.sync()
+            # What the handler wrote is held by the window and the write backlog (1 MiB), no more.
+            assert len(produced) <= (65_535 + WRITE_BACKLOG) // size + 2
+            client.h2.acknowledge_received_data(len(body), stream_id)
+            await client.send()
+            while len(body) < count * (size + 5):
+                for event in await client.read_once():
+                    if isinstance(event, h2.events.DataReceived):
+                        body += event.data
+                        client.h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
+                await client.send()
+            answer = await client.answer(stream_id)
+            await client.close()
+        assert answer[b"grpc-status"] == b"0"
+        expected = b"".join(grpc_wire.message(index.to_bytes(4, "big") * (size // 4)) for index in range(count))
+        assert bytes(body) == expected
 
     run(scenario())
 
@@ -547,20 +563,36 @@ def test_gzip_compressed_requests_from_grpcio_are_inflated():
     run(scenario())
 
 
-def test_a_client_sending_far_ahead_of_a_handler_that_does_not_read_is_refused_not_buffered():
-    # The server gives the window back as DATA arrives; what bounds a stream's memory is the unread limit.
+def test_a_client_sending_ahead_of_a_handler_that_does_not_read_is_held_back_by_the_windows():
+    # The windows are given back as the handler takes messages: a client can never have more sent ahead than the
+    # stream's window (4 MiB), and once the handler reads, the rest goes through.
     reading = asyncio.Event()
 
     async def handler(request_iterator, context):
-        await reading.wait()  # never set: the handler reads nothing
-        return b""
+        await reading.wait()
+        return str(sum([len(message) async for message in request_iterator])).encode()
 
     async def scenario():
-        async with serving({"/t.T/S": grpc.stream_unary_rpc_method_handler(handler)},
-                           max_receive_message_length=1024) as served:
-            call = served.channel.stream_unary("/t.T/S")
-            error = await rpc_error(call(iter([b"x" * 1000] * 10)))
-        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert error.details() == "the client sent more than the call reads"
+        async with serving({"/t.T/S": grpc.stream_unary_rpc_method_handler(handler)}) as served:
+            client = await H2SocketClient.connect(served.path)
+            await client.sync()
+            stream_id = client.open("/t.T/S")
+            message, sent = b"x" * 60_000, 0
+            while client.h2.local_flow_control_window(stream_id) >= len(message) + 5:
+                client.message(stream_id, message, end_stream=False)
+                sent += len(message)
+                await client.sync()  # the server had every chance to give the window back: it did not
+            assert sent < hc.STREAM_WINDOW
+            reading.set()
+            for _ in range(100):  # 6 MB more: past the stream's window, which the handler's reads reopen
+                while client.h2.local_flow_control_window(stream_id) < len(message) + 5:
+                    await client.read_once()
+                client.message(stream_id, message, end_stream=False)
+                await client.send()
+            client.h2.end_stream(stream_id)
+            await client.send()
+            answer = await client.answer(stream_id)
+            await client.close()
+        assert answer[b"grpc-status"] == b"0"
 
     run(scenario())

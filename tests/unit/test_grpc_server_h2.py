@@ -1,4 +1,4 @@
-"""The daemon's HTTP/2 state machine (shim/rpc/h2_connection.py) against python-hyper's h2 as the client.
+"""The daemon's HTTP/2 state machine (shim/rpc/h2_server.py) against python-hyper's h2 as the client.
 
 No sockets: every byte the server queues goes into h2's `receive_data`, which raises on anything RFC 9113 forbids,
 and what h2's client sends goes into the server's `receive`. Frames h2 will not send (protocol violations) are
@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shim.rpc import h2_connection as hc
-from shim.rpc.h2_connection import (
+from shim.rpc import h2_server as hc
+from shim.rpc.h2_server import (
     ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset, frame,
 )
+from shim.rpc.limits import HEADER_BLOCK_BYTES
 from tests.support.h2_pair import PumpedPair, parse_frames
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/pkg.Service/Method"), (":authority", "localhost"),
@@ -32,10 +33,12 @@ TRAILERS = b"\x00\x0bgrpc-status\x010"  # a literal without indexing, new name
 
 
 class Pair(PumpedPair):
-    """A ServerConnection and h2's client."""
+    """A ServerConnection and h2's client. The server's side consumes the DATA it reads, as a handler that reads
+    every message does (`consuming=False`: one that reads nothing)."""
 
-    def __init__(self, *, client_settings: dict | None = None, **server_options) -> None:
+    def __init__(self, *, client_settings: dict | None = None, consuming: bool = True, **server_options) -> None:
         super().__init__()
+        self.consuming = consuming
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self.client = h2.connection.H2Connection(config)
         self.client.initiate_connection()
@@ -44,7 +47,12 @@ class Pair(PumpedPair):
         self.server = ServerConnection(**server_options)
 
     def to_server(self, data: bytes) -> list:
-        return self.server.receive(data)
+        events = self.server.receive(data)
+        if self.consuming:
+            for event in events:
+                if isinstance(event, DataReceived):
+                    self.server.consume(event.stream_id, len(event.data))
+        return events
 
     def to_client(self, data: bytes) -> list:
         return self.client.receive_data(data)
@@ -466,13 +474,14 @@ def test_reset_by_the_server_sends_rst_stream(pair):
     assert not pair.server.is_open(stream_id)
 
 
-def test_streams_over_max_concurrent_streams_are_refused():
-    connected = Pair(max_concurrent_streams=2)
+def test_streams_far_over_max_concurrent_streams_are_refused():
+    # The server counts its calls as it dispatches them (server.py); its stream table refuses at twice the limit.
+    connected = Pair(max_concurrent_streams=1)
     connected.pump()
-    first, second = connected.open(), connected.open()
-    # h2's client honours the limit itself; a third stream goes by hand, as a client that raced the SETTINGS.
-    events = connected.raw_to_server(frame(hc.HEADERS, hc.END_HEADERS, 5, encode(REQUEST)))
-    assert events == []
+    first, second = connected.open(), 3
+    events = connected.raw_to_server(frame(hc.HEADERS, hc.END_HEADERS, second, encode(REQUEST))
+                                     + frame(hc.HEADERS, hc.END_HEADERS, 5, encode(REQUEST)))
+    assert [e.stream_id for e in events] == [second]
     frames = connected.server_output_frames()
     assert frames == [(hc.RST_STREAM, 0, 5, struct.pack(">L", hc.REFUSED_STREAM))]
     assert [e.stream_id for e in connected.take_server(StreamOpened)] == [first, second]
@@ -525,7 +534,8 @@ VIOLATIONS = {
     "hpack garbage": (frame(hc.HEADERS, hc.END_HEADERS, 1, b"\xff\xff\xff\xff\xff\xff"), hc.COMPRESSION_ERROR),
     "hpack index out of the table": (frame(hc.HEADERS, hc.END_HEADERS, 1, b"\xfe"), hc.COMPRESSION_ERROR),
     "header block over the limit": (frame(hc.HEADERS, 0, 1, b"\0" * hc.DEFAULT_FRAME_SIZE)
-                                    + frame(hc.CONTINUATION, 0, 1, b"\0" * hc.DEFAULT_FRAME_SIZE) * 4,
+                                    + frame(hc.CONTINUATION, 0, 1, b"\0" * hc.DEFAULT_FRAME_SIZE)
+                                    * (HEADER_BLOCK_BYTES // hc.DEFAULT_FRAME_SIZE),
                                     hc.ENHANCE_YOUR_CALM),
 }
 

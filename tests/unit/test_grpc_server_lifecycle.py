@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from shim.rpc import grpc_wire
-from shim.rpc import h2_connection as hc
+from shim.rpc import h2_server as hc
 from tests.support.h2_pair import parse_frames
 from tests.support.kubelet_env import crictl_binary
 from tests.unit.test_grpc_server_calls import Parked, bounded, rpc_error, run, serving

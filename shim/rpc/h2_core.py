@@ -1,60 +1,67 @@
-"""The server side of one HTTP/2 connection, as much of RFC 9113 as gRPC uses: a sans-IO state machine.
+"""What both ends of the daemon's HTTP/2 connections do alike (RFC 9113, as much as gRPC uses): a sans-IO core.
 
-Bytes in (`receive`), events out; `send_headers` / `send_data` / `reset` queue frames, `data_to_send` takes them.
-It never touches a socket, so every rule is tested without one, with python-hyper's h2 as the peer
-(tests/unit/test_grpc_server_h2.py): whatever h2's client accepts from it, and what it does with h2's frames.
+Bytes in (`receive`), events out; `send_headers` / `send_data` / `reset` queue frames, `data_to_send` takes them. It
+never touches a socket, so every rule is tested without one, with python-hyper's h2 as the peer. The server's side
+(h2_server.py: the preface it reads, the streams a client opens, the budgets it keeps) and the client's side
+(h2_client.py: the streams it opens, the responses it reads) differ only where RFC 9113 makes the sides differ.
 
-Not h2's own state machine, which is the reference but costs as much CPU per call as grpcio's whole server (see
-server.py). Header blocks are decoded by hpack's Decoder; the blocks this side sends are literals (grpc_wire.py).
+Not h2's own state machine, which is the reference but costs as much CPU per call as grpcio's whole server.
 
-Flow control: what a client sends is acknowledged as it arrives (a WINDOW_UPDATE once half a window is used); the
-caller bounds what it buffers (a message is at most 16 MiB). What this side sends waits for the client's windows,
-queued per stream, and is sent as WINDOW_UPDATEs open them; `backlog(stream_id)` lets a writer wait.
+Flow control, both ways:
+- What the peer sends counts against the windows this side announced, and a peer that sends beyond them broke the
+  connection (FLOW_CONTROL_ERROR). The windows are given back as the data is *consumed* (`consume`: a handler took
+  the message, a proxied peer wrote it), not as it arrives, so a peer can never have more in flight than the
+  windows say (Go's net/http2 server does the same). Bytes this side drops (padding, a stream that is gone) are
+  given back at once.
+- What this side sends waits for the peer's windows, queued per stream; a WINDOW_UPDATE or SETTINGS that lets a
+  stream's queue move reports it (`WindowOpened`), so that only its writer is woken.
 A broken rule of the connection ends it with GOAWAY and the error code (ConnectionEnded) and nothing more is read;
-a broken rule of one stream resets that stream. A graceful GOAWAY, either way, ends no stream: the streams already
-open go on (their DATA, WINDOW_UPDATEs and PINGs are still read, RFC 9113 6.8), and the streams a client opens
-after this side's GOAWAY are ignored (the client retries them on a new connection).
+a broken rule of one stream resets that stream.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
+
 import hpack
 from hpack.exceptions import HPACKError
 
-from shim.rpc.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for the client's side
-    PREFACE, DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE,
-    CONTINUATION, END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG, NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR,
-    FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR,
-    ENHANCE_YOUR_CALM, HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
-    MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE, DEFAULT_WINDOW, DEFAULT_FRAME_SIZE, MAX_WINDOW, STREAM_WINDOW,
-    CONNECTION_WINDOW, CONCURRENT_STREAMS, HEADER_LIST_LIMIT, _FRAME_HEAD, _SETTING, _U32, frame,
-    settings_payload, ConnectionError_, StreamOpened, DataReceived, StreamEnded, StreamReset, ConnectionEnded,
-    Event, Stream, unpadded,
+from shim.rpc.h2_frames import (
+    _FRAME_HEAD, _SETTING, _U32, ACK, CANCEL, COMPRESSION_ERROR, CONNECTION_WINDOW, CONTINUATION, DATA,
+    DEFAULT_FRAME_SIZE, DEFAULT_WINDOW, ENABLE_PUSH, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_WINDOW, NO_ERROR, PING, PRIORITY,
+    PRIORITY_FLAG, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, STREAM_CLOSED, STREAM_WINDOW, WINDOW_UPDATE,
+    ConnectionEnded, ConnectionError_, DataReceived, Event, Stream, StreamReset, WindowOpened, frame,
+    settings_payload, unpadded,
 )
+from shim.rpc.limits import HEADER_BLOCK_BYTES
 
 
-# --- the connection --------------------------------------------------------------------------------------------
+class Connection:
+    """One HTTP/2 connection's shared rules; subclasses say how header blocks and new streams are read."""
 
-
-class ServerConnection:
-    def __init__(self, *, max_concurrent_streams: int = CONCURRENT_STREAMS) -> None:
+    def __init__(self, settings: dict[int, int], *, clock: Callable[[], float] = time.monotonic) -> None:
         self._out: list[bytes] = []
         self._buffer = bytearray()
-        self._preface_seen = False
-        self._decoder = hpack.Decoder(max_header_list_size=HEADER_LIST_LIMIT)
+        self._clock = clock
+        # No list size limit inside the decoder: it would stop mid-block and leave its table behind the peer's.
+        # The raw block is bounded (HEADER_BLOCK_BYTES) and the decoded size judged afterwards, per stream.
+        self._decoder = hpack.Decoder(max_header_list_size=sys.maxsize)
         self._streams: dict[int, Stream] = {}
-        self._max_streams = max_concurrent_streams
+        self._queued: dict[int, Stream] = {}  # the streams with DATA or trailers waiting for a window, in order
         self.last_stream_id = 0
-        self._peer_window = DEFAULT_WINDOW  # SETTINGS_INITIAL_WINDOW_SIZE of the client
+        self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame_size = DEFAULT_FRAME_SIZE
-        self._send_window = DEFAULT_WINDOW  # the connection's
-        self._unacked = 0
+        self._send_window = DEFAULT_WINDOW  # the connection's, for what this side sends
+        self._receive_window = CONNECTION_WINDOW  # what the peer may still send on the connection
+        self._consumed = 0  # bytes consumed and not yet given back on the connection's window
         self._continuing: tuple[int, int, bytearray] | None = None  # (stream, HEADERS flags, block so far)
         self.closed: ConnectionEnded | None = None
         self._last_served: int | None = None  # the last stream id of this side's GOAWAY, once sent
         self._broken = False  # this side sent GOAWAY with an error: nothing more is read
-        settings = {MAX_CONCURRENT_STREAMS: max_concurrent_streams, INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                    MAX_HEADER_LIST_SIZE: HEADER_LIST_LIMIT, ENABLE_PUSH: 0}
+        self.induced = 0  # frames queued in answer to the peer (acks, resets) since the socket last drained
         self._out.append(frame(SETTINGS, 0, 0, settings_payload(settings)))
         self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONNECTION_WINDOW - DEFAULT_WINDOW)))
 
@@ -68,15 +75,6 @@ class ServerConnection:
         buffer = self._buffer
         buffer += data
         try:
-            if not self._preface_seen:
-                if len(buffer) < len(PREFACE):
-                    if not PREFACE.startswith(bytes(buffer)):
-                        raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 client preface")
-                    return events
-                if buffer[:len(PREFACE)] != PREFACE:
-                    raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 client preface")
-                del buffer[:len(PREFACE)]
-                self._preface_seen = True
             offset, size = 0, len(buffer)
             while size - offset >= 9:
                 high, low, kind, flags, stream_id = _FRAME_HEAD.unpack_from(buffer, offset)
@@ -108,33 +106,31 @@ class ServerConnection:
             if flags & END_HEADERS:
                 self._header_block(stream_id, flags, block, events)
             else:
+                if not block:
+                    self._glitch("an empty header block fragment")
                 self._continuing = (stream_id, flags, bytearray(block))
         elif kind == CONTINUATION:
-            if self._continuing is None or self._continuing[0] != stream_id:
-                raise ConnectionError_(PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-            block = self._continuing[2]
-            block += payload
-            if len(block) > HEADER_LIST_LIMIT:
-                raise ConnectionError_(ENHANCE_YOUR_CALM, "a header block over the limit")
-            if flags & END_HEADERS:
-                _, first_flags, _ = self._continuing
-                self._continuing = None
-                self._header_block(stream_id, first_flags, bytes(block), events)
+            self._continuation(flags, stream_id, payload, events)
         elif kind == SETTINGS:
-            self._settings(flags, stream_id, payload)
+            self._settings(flags, stream_id, payload, events)
         elif kind == WINDOW_UPDATE:
             self._window_update(stream_id, payload, events)
         elif kind == PING:
             if stream_id != 0 or len(payload) != 8:
                 raise ConnectionError_(PROTOCOL_ERROR if stream_id else FRAME_SIZE_ERROR, "a malformed PING")
-            if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
+            if flags & ACK:
+                self._glitch("a PING acknowledgement never asked for")
+            else:
+                self._ping_received()
+                self._induce(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             if len(payload) != 4:
                 raise ConnectionError_(FRAME_SIZE_ERROR, "a RST_STREAM not of 4 bytes")
             if stream_id == 0:
                 raise ConnectionError_(PROTOCOL_ERROR, "RST_STREAM on stream 0")
             if self._streams.pop(stream_id, None) is not None:
+                self._queued.pop(stream_id, None)
+                self._peer_reset()
                 events.append(StreamReset(stream_id, _U32.unpack(payload)[0]))
             elif stream_id > self.last_stream_id:
                 raise ConnectionError_(PROTOCOL_ERROR, "RST_STREAM of an idle stream")
@@ -147,67 +143,72 @@ class ServerConnection:
                 self.closed = ended
             events.append(ended)
         elif kind == PUSH_PROMISE:
-            raise ConnectionError_(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+            raise ConnectionError_(PROTOCOL_ERROR, "PUSH_PROMISE: push is off")
         elif kind == PRIORITY:
             if len(payload) != 5:
                 raise ConnectionError_(FRAME_SIZE_ERROR, "a malformed PRIORITY")
-        # Unknown frame types are ignored (RFC 9113 section 4.1).
+            self._glitch("PRIORITY")
+        else:
+            self._glitch("a frame of an unknown type")  # ignored otherwise (RFC 9113 section 4.1)
+
+    def _continuation(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
+        if self._continuing is None or self._continuing[0] != stream_id:
+            raise ConnectionError_(PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        if not payload and not flags & END_HEADERS:
+            self._glitch("an empty CONTINUATION")
+        block = self._continuing[2]
+        block += payload
+        if len(block) > HEADER_BLOCK_BYTES:
+            raise ConnectionError_(ENHANCE_YOUR_CALM, "a header block over the limit")
+        if flags & END_HEADERS:
+            _, first_flags, _ = self._continuing
+            self._continuing = None
+            self._header_block(stream_id, first_flags, bytes(block), events)
 
     def _data(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if stream_id == 0:
             raise ConnectionError_(PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
         # The whole frame counts against the connection's window, whatever becomes of the stream.
-        self._unacked += len(payload)
-        if self._unacked >= CONNECTION_WINDOW // 2:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._unacked)))
-            self._unacked = 0
+        self._receive_window -= size
+        if self._receive_window < 0:
+            raise ConnectionError_(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
         stream = self._streams.get(stream_id)
         if stream is None:
             if stream_id > self.last_stream_id:
                 raise ConnectionError_(PROTOCOL_ERROR, "DATA on an idle stream")
-            return  # reset by this side a moment ago: RFC 9113 5.4.2, the frames in flight are dropped
-        if not stream.remote_open:
-            self._reset(stream_id, STREAM_CLOSED)
-            events.append(StreamReset(stream_id, STREAM_CLOSED))
+            self._give_back(size)  # reset a moment ago: RFC 9113 5.4.2, the frames in flight are dropped
             return
-        stream.unacked += len(payload)
+        if not stream.remote_open:
+            self._give_back(size)
+            self._stream_error(stream_id, STREAM_CLOSED, events)
+            return
+        stream.receive_window -= size
+        if stream.receive_window < 0:
+            self._give_back(size)
+            self._stream_error(stream_id, FLOW_CONTROL_ERROR, events)
+            return
         data = unpadded(flags, payload)
+        if len(data) < size:
+            self.consume(stream_id, size - len(data))  # the padding: nobody else will
         ended = bool(flags & END_STREAM)
+        if not data and not ended:
+            self._glitch("an empty DATA frame")
         if ended:
             self._remote_closed(stream_id, stream)
-        elif stream.unacked >= STREAM_WINDOW // 2:
-            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
-            stream.unacked = 0
         events.append(DataReceived(stream_id, data, ended))
 
     def _header_block(self, stream_id: int, flags: int, block: bytes, events: list[Event]) -> None:
+        raise NotImplementedError
+
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """Every block is decoded, whatever becomes of its stream: the decoder's table must follow the peer's."""
         try:
-            # Every block is decoded, also of a stream about to be refused: the decoder's table must follow the peer's.
-            headers = self._decoder.decode(block, raw=True)
+            return self._decoder.decode(block, raw=True)
         except HPACKError as error:
             raise ConnectionError_(COMPRESSION_ERROR, f"header block: {error}") from None
-        ended = bool(flags & END_STREAM)
-        stream = self._streams.get(stream_id)
-        if stream is not None:  # trailers from the client: they must end its side
-            if not ended or not stream.remote_open:
-                raise ConnectionError_(PROTOCOL_ERROR, "a second HEADERS block that does not end the stream")
-            self._remote_closed(stream_id, stream)
-            events.append(StreamEnded(stream_id))
-            return
-        if stream_id % 2 == 0 or stream_id <= self.last_stream_id:
-            raise ConnectionError_(PROTOCOL_ERROR, f"HEADERS opening stream {stream_id} out of order")
-        self.last_stream_id = stream_id
-        if self._last_served is not None:
-            return  # opened after this side's GOAWAY, which told the client it is not served
-        if len(self._streams) >= self._max_streams:
-            self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
-            return
-        stream = self._streams[stream_id] = Stream(self._peer_window)
-        if ended:
-            self._remote_closed(stream_id, stream)
-        events.append(StreamOpened(stream_id, headers, ended))
 
-    def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+    def _settings(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if stream_id != 0:
             raise ConnectionError_(PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
@@ -216,6 +217,7 @@ class ServerConnection:
             return
         if len(payload) % 6:
             raise ConnectionError_(FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6")
+        self._settings_received()
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
             if key == INITIAL_WINDOW_SIZE:
@@ -230,9 +232,14 @@ class ServerConnection:
                 self._peer_frame_size = value
             elif key == ENABLE_PUSH and value > 1:
                 raise ConnectionError_(PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH not 0 or 1")
+            else:
+                self._setting(key, value)
             # HEADER_TABLE_SIZE: this side's blocks use no dynamic table. MAX_HEADER_LIST_SIZE: advisory.
-        self._out.append(frame(SETTINGS, ACK, 0))
-        self._flush_all()
+        self._induce(frame(SETTINGS, ACK, 0))
+        self._flush_all(events)
+
+    def _setting(self, key: int, value: int) -> None:
+        """A setting the core does not act on itself (the client's side reads MAX_CONCURRENT_STREAMS)."""
 
     def _window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
@@ -244,23 +251,65 @@ class ServerConnection:
             self._send_window += increment
             if self._send_window > MAX_WINDOW:
                 raise ConnectionError_(FLOW_CONTROL_ERROR, "the connection's window over 2^31-1")
-            self._flush_all()
+            self._flush_all(events)
             return
         stream = self._streams.get(stream_id)
         if stream is None:
-            return
+            if stream_id > self.last_stream_id:
+                raise ConnectionError_(PROTOCOL_ERROR, "WINDOW_UPDATE of an idle stream")
+            return  # frames in flight when the stream closed (RFC 9113 5.1): not a glitch
         if increment == 0 or stream.send_window + increment > MAX_WINDOW:
-            code = PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR
-            self._reset(stream_id, code)
-            events.append(StreamReset(stream_id, code))
+            self._stream_error(stream_id, PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR, events)
             return
         stream.send_window += increment
-        self._flush(stream_id, stream)
+        if stream_id in self._queued:
+            self._flush(stream_id, stream)
+            events.append(WindowOpened(stream_id))
 
     def _remote_closed(self, stream_id: int, stream: Stream) -> None:
         stream.remote_open = False
         if not stream.local_open:
             del self._streams[stream_id]
+
+    # --- what the sides police (the server's side keeps budgets; the client's trusts its runtime) -----------------
+
+    def _glitch(self, what: str) -> None:
+        """A frame that moves nothing forward."""
+
+    def _peer_reset(self) -> None:
+        """The peer reset a stream that was open."""
+
+    def _ping_received(self) -> None:
+        """A PING to acknowledge."""
+
+    def _settings_received(self) -> None:
+        """A SETTINGS frame to acknowledge (the first one is the server's sign that the client connected)."""
+
+    def _stream_error(self, stream_id: int, code: int, events: list[Event]) -> None:
+        """The peer broke a rule of one stream: it is reset (RFC 9113 5.4.2)."""
+        self._reset(stream_id, code)
+        events.append(StreamReset(stream_id, code))
+
+    # --- flow control in -----------------------------------------------------------------------------------------
+
+    def consume(self, stream_id: int, size: int) -> None:
+        """`size` bytes of the stream's DATA were consumed: they go back to the peer's windows (a WINDOW_UPDATE once
+        half a window is used up). Of a stream that is gone, only to the connection's."""
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.remote_open:
+            stream.consumed += size
+            if stream.consumed >= STREAM_WINDOW // 2:
+                stream.receive_window += stream.consumed
+                self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.consumed)))
+                stream.consumed = 0
+        self._give_back(size)
+
+    def _give_back(self, size: int) -> None:
+        self._consumed += size
+        if self._consumed >= CONNECTION_WINDOW // 2:
+            self._receive_window += self._consumed
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._consumed)))
+            self._consumed = 0
 
     # --- bytes out -----------------------------------------------------------------------------------------------
 
@@ -277,7 +326,7 @@ class ServerConnection:
             self._local_closed(stream_id, stream)
 
     def send_data(self, stream_id: int, data: bytes) -> None:
-        """DATA payload, sent as the client's windows allow (the rest waits in the stream's queue)."""
+        """DATA payload, sent as the peer's windows allow (the rest waits in the stream's queue)."""
         stream = self._streams.get(stream_id)
         if stream is None or not stream.local_open or stream.trailers is not None or not data:
             return
@@ -296,14 +345,8 @@ class ServerConnection:
         if self._streams.get(stream_id) is not None:
             self._reset(stream_id, code)
 
-    def finish_stream(self, stream_id: int) -> None:
-        """After this side's END_STREAM: a client still sending is told no more is read (RST_STREAM NO_ERROR)."""
-        stream = self._streams.get(stream_id)
-        if stream is not None and stream.remote_open and not stream.local_open and stream.trailers is None:
-            self._reset(stream_id, NO_ERROR)
-
     def go_away(self, code: int = NO_ERROR, reason: str = "") -> ConnectionEnded:
-        """Tells the client no stream after `last_stream_id` will be served; the open ones go on."""
+        """Tells the peer no stream after `last_stream_id` will be served; the open ones go on (NO_ERROR)."""
         return self._end(code, reason)
 
     def data_to_send(self) -> bytes:
@@ -313,14 +356,18 @@ class ServerConnection:
         self._out.clear()
         return data
 
+    def written(self) -> None:
+        """Everything `data_to_send` gave is in the socket: the frames induced by the peer are out."""
+        self.induced = 0
+
     @property
     def open_streams(self) -> int:
         return len(self._streams)
 
     @property
     def sending(self) -> bool:
-        """A stream still has DATA or its trailers waiting for the client's windows: closing now would cut them."""
-        return any(stream.pending or stream.trailers is not None for stream in self._streams.values())
+        """A stream still has DATA or its trailers waiting for the peer's windows: closing now would cut them."""
+        return bool(self._queued)
 
     # --- internals -----------------------------------------------------------------------------------------------
 
@@ -329,7 +376,7 @@ class ServerConnection:
         if self._broken or (code == NO_ERROR and self._last_served is not None):
             return self.closed
         if self._last_served is None:
-            self._last_served = self.last_stream_id
+            self._last_served = self._goaway_last_stream()
         self._out.append(frame(GOAWAY, 0, 0, _U32.pack(self._last_served) + _U32.pack(code)
                                + reason.encode()[:256]))
         self._broken = code != NO_ERROR
@@ -337,11 +384,21 @@ class ServerConnection:
             self.closed = ConnectionEnded(code, reason, by_peer=False)
         return self.closed
 
+    def _goaway_last_stream(self) -> int:
+        """A GOAWAY names the last stream its *receiver* opened that this side served (RFC 9113 6.8)."""
+        return self.last_stream_id
+
+    def _induce(self, data: bytes) -> None:
+        self.induced += 1
+        self._out.append(data)
+
     def _reset(self, stream_id: int, code: int) -> None:
         del self._streams[stream_id]
-        self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+        self._queued.pop(stream_id, None)
+        self._induce(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
 
     def _headers_frames(self, stream_id: int, block: bytes, end_stream: bool) -> None:
+        self._sent_frames()
         size = self._peer_frame_size
         first, rest = block[:size], block[size:]
         flags = (END_STREAM if end_stream else 0) | (0 if rest else END_HEADERS)
@@ -350,13 +407,27 @@ class ServerConnection:
             chunk, rest = rest[:size], rest[size:]
             self._out.append(frame(CONTINUATION, 0 if rest else END_HEADERS, stream_id, chunk))
 
+    def _sent_frames(self) -> None:
+        """HEADERS or DATA go out (the server's side forgives ping strikes then)."""
+
     def _local_closed(self, stream_id: int, stream: Stream) -> None:
         stream.local_open = False
+        self._queued.pop(stream_id, None)
         if not stream.remote_open:
             del self._streams[stream_id]
 
     def _flush(self, stream_id: int, stream: Stream) -> None:
+        """What the windows let out of the stream's queue; the stream stays queued while something waits."""
+        self._send_queued(stream_id, stream)
+        if stream.local_open and (stream.pending or stream.trailers is not None or stream.end_with_data):
+            self._queued[stream_id] = stream
+        else:
+            self._queued.pop(stream_id, None)
+
+    def _send_queued(self, stream_id: int, stream: Stream) -> None:
         pending = stream.pending
+        if pending:
+            self._sent_frames()
         while pending:
             room = min(stream.send_window, self._send_window, self._peer_frame_size)
             if room <= 0:
@@ -384,9 +455,10 @@ class ServerConnection:
             self._out.append(frame(DATA, END_STREAM, stream_id))
             self._local_closed(stream_id, stream)
 
-    def _flush_all(self) -> None:
-        for stream_id, stream in list(self._streams.items()):
-            if stream.pending or stream.trailers is not None or stream.end_with_data:
-                self._flush(stream_id, stream)
+    def _flush_all(self, events: list[Event]) -> None:
+        """The connection's window or every stream's grew: the streams with something queued send what fits."""
+        for stream_id, stream in list(self._queued.items()):
             if self._send_window <= 0:
                 return
+            self._flush(stream_id, stream)
+            events.append(WindowOpened(stream_id))
