@@ -34,7 +34,7 @@ from shim.api.service import ProbeServicer
 from shim.bridge.containers import CriContainers
 from shim.bridge.service import KubeletBridge
 from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gid
-from shim.cri.proxy import cri_proxy_handler, forwarding_channel, upstream_channel
+from shim.cri.proxy import cri_proxy_handler, forwarding_channel
 from shim.event_loop import loop_name
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
@@ -136,7 +136,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     writer = StateWriter(store, board, on_write=metrics.count_state_write)
     tracer = AttemptTracer(config.trace_exporter, otlp_endpoint=config.otlp_endpoint or None)
 
-    upstream = None if config.embedded else upstream_channel(config.runtime_endpoint)
+    # One connection to the runtime (shim/rpc's client) for the proxy's calls and the daemon's own.
+    upstream = None if config.embedded else forwarding_channel(config.runtime_endpoint)
     # One directory of sandboxes (resolutions, identities, the stopped set) for the registry, bridge and results.
     sandboxes = SandboxDirectory(
         NetnsSandboxes(config.embedded_namespace_separator) if upstream is None else CriSandboxes(upstream))
@@ -178,8 +179,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             bridge.forget_sandbox(sandbox_id)
             await registry.sandbox_event(kind, sandbox_id)
 
-        forwarding = forwarding_channel(config.runtime_endpoint)  # the proxy's: bytes, no grpcio on the hot path
-        server.add_generic_rpc_handlers([cri_proxy_handler(forwarding, on_sandbox_event, exec_bridge=bridge)])
+        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, on_sandbox_event, exec_bridge=bridge)])
 
     metrics_server = None
     tasks: list[asyncio.Task] = []
@@ -230,7 +230,6 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
             await metrics_server.wait_closed()
         if upstream is not None:
             await upstream.close()
-            await forwarding.close()
         await asyncio.to_thread(tracer.shutdown)  # a dead collector may take seconds
         store.close()
         with contextlib.suppress(FileNotFoundError):

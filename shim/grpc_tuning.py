@@ -10,8 +10,9 @@ iomgr endpoints do the I/O in that polling thread itself. For the daemon (unary 
 CRI proxy making one upstream call per call it serves) that is about 10 fewer context switches per proxied
 call and 80-100 us less added latency, measured by bench/proxy_latency.py on a 2-core machine. Everything
 else (protocol, deadlines, cancellation, metadata) is the same code; only who does the socket I/O changes.
-(Measured when grpcio served the socket and forwarded the proxy's calls; since issue 22 both are shim/rpc's, and
-what grpc still does in the daemon, its few typed calls to the runtime, keeps the setting for the same reason.)
+(Measured when grpcio served the socket and forwarded the proxy's calls. Since issues 22 and 27 the socket, the
+proxy and the daemon's own calls to the runtime are all shim/rpc's; what grpc core may still do in the daemon is
+the OTLP trace exporter's channel, when one is configured, which keeps the setting for the same reason.)
 
 An experiment the operator names in their own GRPC_EXPERIMENTS keeps their setting. If a later grpc drops
 one of these experiments, grpc logs "Unknown experiment" once at start-up and runs with its default.

@@ -18,10 +18,9 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import grpc
-
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from shim.rpc.client import CallError, Channel
 from shim.sandboxes.resolver import RUNTIME_SERVICE, RuntimeUnavailable
 
 POD_NAME_LABEL = "io.kubernetes.pod.name"
@@ -96,7 +95,7 @@ def ports_from_annotation(text: str) -> tuple[spec_pb.ContainerPort, ...]:
 class CriContainers:
     """`resolve(container_id)` over CRI ListContainers, remembered per sandbox (see the module)."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, timeout_s: float = 5.0,
+    def __init__(self, channel: Channel, *, timeout_s: float = 5.0,
                  max_remembered: int = MAX_REMEMBERED) -> None:
         self._timeout_s = timeout_s
         self._max = max_remembered
@@ -117,8 +116,8 @@ class CriContainers:
         request = cri_pb.ListContainersRequest(filter=cri_pb.ContainerFilter(id=container_id))
         try:
             response = await self._list(request, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise RuntimeUnavailable(f"ListContainers({container_id}): {exc.code().name}: {exc.details()}") from None
+        except CallError as exc:
+            raise RuntimeUnavailable(f"ListContainers({container_id}): {exc}") from None
         found = chosen_container(response.containers, container_id)
         if found is None:
             raise ContainerNotFound(container_id)

@@ -11,9 +11,9 @@ socket look like the runtime's own for every CRI method:
   the kubelet bridge's marker is answered by the daemon (`exec_bridge`, which claims it) instead of being
   forwarded. Every other ExecSync is forwarded as bytes, after a substring test that costs well under a
   microsecond;
-- the forwarding channel (`forwarding_channel`: the daemon's own gRPC client, shim/rpc/client.py, one
-  HTTP/2 connection) and the channel of the daemon's own typed calls to the runtime (`upstream_channel`, grpcio),
-  both built from a kubelet/crictl style endpoint (probe_api.endpoints).
+- the channel to the runtime (`forwarding_channel`: the daemon's own gRPC client, shim/rpc/client.py, one HTTP/2
+  connection, built from a kubelet/crictl style endpoint, probe_api.endpoints), which also carries the daemon's own
+  typed calls (sandboxes, containers: `Channel.unary_unary`).
 
 Any other path (ProbeService, health, reflection) is left to the other handlers of the same server.
 """
@@ -29,7 +29,6 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
-from probe_api.defaults import MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
 from shim.bridge.answer import Answer, Forward, StatusAnswer
 from shim.rpc.client import CallError, Channel
@@ -68,17 +67,14 @@ SANDBOX_EVENT_METHODS: dict[str, tuple[str, type]] = {
     f"/{RUNTIME_SERVICE}/RemovePodSandbox": ("remove", cri_pb.RemovePodSandboxRequest),
 }
 
-DEFAULT_USER_AGENT = "cri-probe-shim"
-
 # How long a StopPodSandbox/RemovePodSandbox waits for the daemon's callback before forwarding anyway.
 DEFAULT_EVENT_BUDGET_S = 1.0
 
 # Request metadata that belongs to the HTTP/2 or gRPC transport of the incoming call, not to the application.
-# grpc core surfaces only `user-agent` of these today; the rest are dropped defensively because handing them to
-# the upstream call would either be rejected by core (pseudo-headers fail the whole batch) or change the call
-# (`grpc-timeout` would set a second deadline, `grpc-encoding` would lie about compression).
-# `user-agent` is dropped because grpc core replaces an application-supplied one with the channel's own; the
-# upstream sees DEFAULT_USER_AGENT plus grpc's version, which is the truth: its peer is the shim.
+# The server hands a handler only `user-agent` of these (as grpc core does); the rest are dropped defensively
+# because handing them to the upstream call would change it (`grpc-timeout` would set a second deadline,
+# `grpc-encoding` would lie about compression). `user-agent` is dropped because the channel sends its own
+# (shim/rpc/client.py USER_AGENT), which is the truth: the runtime's peer is the shim.
 TRANSPORT_METADATA_KEYS: frozenset[str] = frozenset({
     "user-agent", "te", "content-type", "content-length", "host", "connection", "keep-alive", "proxy-connection",
     "transfer-encoding", "upgrade", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding",
@@ -157,31 +153,12 @@ def traceparent_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | 
     return None
 
 
-def channel_options(user_agent: str = DEFAULT_USER_AGENT) -> tuple[tuple[str, int | str], ...]:
-    return (
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        # The runtime is local: an http_proxy/https_proxy in the daemon's environment must never capture it.
-        ("grpc.enable_http_proxy", 0),
-        # kubelet's cri-client reconnect backoff (100 ms base, 3 s max): after a containerd restart calls work
-        # again within seconds instead of after grpc's default of up to 120 s.
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 3000),
-        ("grpc.primary_user_agent", user_agent),
-    )
-
-
 # ---------------------------------------------------------------- I/O
 
 
-def upstream_channel(endpoint: str, *, user_agent: str = DEFAULT_USER_AGENT) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to the runtime, for the daemon's own typed calls (sandboxes, containers).
-    Create it inside the event loop that will use it."""
-    return grpc.aio.insecure_channel(upstream_target(endpoint), options=channel_options(user_agent))
-
-
 def forwarding_channel(endpoint: str) -> Channel:
-    """The channel the proxy forwards calls on (bytes, one HTTP/2 connection; the kubelet's reconnect backoff)."""
+    """The daemon's channel to the runtime: the proxy forwards calls on it as bytes, the daemon makes its own typed
+    calls on it (one HTTP/2 connection; the kubelet's reconnect backoff and message limit; no HTTP proxy, ever)."""
     return Channel(upstream_target(endpoint))
 
 

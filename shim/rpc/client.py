@@ -317,6 +317,12 @@ class Channel:
         """A call whose messages are read one by one (server streaming); cancel() it when not read to the end."""
         return await self._start(path, request, metadata, timeout_s)
 
+    def unary_unary(self, path: str, request_serializer: Callable[[object], bytes],
+                    response_deserializer: Callable[[bytes], object]) -> UnaryMethod:
+        """A typed unary method on this channel, called as grpc.aio's are (`await method(request, timeout=...)`):
+        the daemon's own calls to the runtime (sandboxes, containers) share the proxy's connection."""
+        return UnaryMethod(self, path, request_serializer, response_deserializer)
+
     async def close(self) -> None:
         if self._connecting is not None:
             self._connecting.cancel()
@@ -408,6 +414,22 @@ class Channel:
         self._failures = 0
         self._connection = connection
         return connection
+
+
+class UnaryMethod:
+    """One typed unary method (Channel.unary_unary); raises CallError, with grpc's status code and details."""
+
+    def __init__(self, channel: Channel, path: str, serializer: Callable[[object], bytes],
+                 deserializer: Callable[[bytes], object]) -> None:
+        self._channel, self._path = channel, path
+        self._serializer, self._deserializer = serializer, deserializer
+
+    async def __call__(self, request, *, timeout: float | None = None, metadata=()):
+        _, response, _ = await self._channel.unary(self._path, self._serializer(request), metadata, timeout)
+        try:
+            return self._deserializer(response)
+        except Exception:  # noqa: BLE001 - grpc's clients' answer to a response they cannot decode
+            raise CallError(grpc.StatusCode.INTERNAL, "Exception deserializing response!") from None
 
 
 async def messages(call: Call) -> AsyncIterator[bytes]:

@@ -21,6 +21,7 @@ from typing import Protocol
 import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from shim.rpc.client import CallError, Channel
 from shim.workers.groups import embedded_tenancy
 
 NETNS_DIR = "/var/run/netns"
@@ -192,7 +193,7 @@ class NetnsSandboxes:
 class CriSandboxes:
     """Asks the container runtime over CRI (the same upstream the proxy forwards to)."""
 
-    def __init__(self, channel: grpc.aio.Channel, timeout_s: float = 5.0) -> None:
+    def __init__(self, channel: Channel, timeout_s: float = 5.0) -> None:
         self._timeout = timeout_s
         self._status = channel.unary_unary(
             f"{RUNTIME_SERVICE}/PodSandboxStatus",
@@ -210,10 +211,10 @@ class CriSandboxes:
             response = await self._status(
                 cri_pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id, verbose=True), timeout=self._timeout
             )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise SandboxNotFound(f"pod sandbox {sandbox_id} not found: {exc.details()}") from None
-            raise RuntimeUnavailable(f"PodSandboxStatus({sandbox_id}): {exc.code().name}: {exc.details()}") from None
+        except CallError as exc:
+            if exc.code == grpc.StatusCode.NOT_FOUND:
+                raise SandboxNotFound(f"pod sandbox {sandbox_id} not found: {exc.details}") from None
+            raise RuntimeUnavailable(f"PodSandboxStatus({sandbox_id}): {exc}") from None
         sandbox = sandbox_from_status(response)
         if not sandbox.ready:
             raise SandboxNotReady(f"pod sandbox {sandbox_id} is not ready")
@@ -233,7 +234,7 @@ class CriSandboxes:
     async def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox]:
         try:
             response = await self._list(cri_pb.ListPodSandboxRequest(), timeout=self._timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise RuntimeUnavailable(f"ListPodSandbox: {exc.code().name}: {exc.details()}") from None
+        except CallError as exc:
+            raise RuntimeUnavailable(f"ListPodSandbox: {exc}") from None
         return list(response.items)
 

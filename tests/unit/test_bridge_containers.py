@@ -28,6 +28,7 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from shim.bridge.containers import (
     ContainerInfo, ContainerNotFound, CriContainers, container_from_listing, ports_from_annotation,
 )
+from shim.rpc.client import Channel
 from shim.sandboxes.resolver import RuntimeUnavailable
 from tests.support.fake_cri import Block, Fail, FakeCri, Respond
 
@@ -176,7 +177,7 @@ def run(coro: Any) -> Any:
 async def runtime(sockdir: Path, **kwargs: Any) -> AsyncIterator[tuple[FakeCri, CriContainers]]:
     fake = FakeCri(str(sockdir / "cri.sock"))
     async with fake:
-        channel = grpc.aio.insecure_channel(fake.target)
+        channel = Channel(fake.target)
         try:
             yield fake, CriContainers(channel, **kwargs)
         finally:
@@ -289,7 +290,7 @@ def test_a_runtime_that_does_not_answer_in_time_is_runtime_unavailable(sockdir):
 
 def test_a_runtime_that_is_not_there_is_runtime_unavailable(sockdir):
     async def scenario():
-        channel = grpc.aio.insecure_channel(f"unix:{sockdir / 'nobody.sock'}")
+        channel = Channel(f"unix:{sockdir / 'nobody.sock'}")
         try:
             with pytest.raises(RuntimeUnavailable, match=r"^ListContainers\(c1\): UNAVAILABLE: "):
                 await CriContainers(channel, timeout_s=BOUND).resolve("c1")

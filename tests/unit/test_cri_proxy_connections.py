@@ -29,7 +29,7 @@ def test_upstream_unavailable_is_unavailable_to_the_client(sockdir):
 
 
 @pytest.mark.parametrize("form", ["unix:///", "unix:/", "/"])
-def test_upstream_channel_endpoint_forms_connect(sockdir, form):
+def test_forwarding_channel_endpoint_forms_connect(sockdir, form):
     async def scenario():
         async with proxied(sockdir, upstream_endpoint=form + str(sockdir / "cri.sock").lstrip("/")) as rig:
             assert await bounded(rig.unary(f"{RUNTIME}/Version")(b"v")) == b"v"
@@ -37,7 +37,7 @@ def test_upstream_channel_endpoint_forms_connect(sockdir, form):
     run(scenario())
 
 
-def test_upstream_channel_over_tcp_loopback(sockdir):
+def test_forwarding_channel_over_tcp_loopback(sockdir):
     async def scenario():
         async with FakeCri("127.0.0.1:0") as fake:
             upstream = forwarding_channel(f"tcp://{fake.target}")

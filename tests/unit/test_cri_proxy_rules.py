@@ -90,9 +90,3 @@ def test_upstream_target_rejects(endpoint):
         upstream_target(endpoint)
 
 
-def test_channel_options_are_kubelets():
-    options = dict(cri_proxy.channel_options("cri-probe-shim/9"))
-    assert options["grpc.max_receive_message_length"] == options["grpc.max_send_message_length"] == 16 * 1024 * 1024
-    assert options["grpc.enable_http_proxy"] == 0
-    assert options["grpc.max_reconnect_backoff_ms"] == 3000
-    assert options["grpc.primary_user_agent"] == "cri-probe-shim/9"
