@@ -397,3 +397,23 @@ def test_100_concurrent_calls_share_one_connection():
             assert dials.count == 1
     run(scenario())
 
+
+
+def test_typed_methods_decode_as_grpcios_and_a_response_they_cannot_decode_is_internal():
+    from grpc_health.v1 import health_pb2
+
+    async def health(request, context):
+        return b"\x08\x01" if request == b"" else b"\xff\xff"  # SERVING, or bytes no message decodes
+
+    async def scenario():
+        async with runtime(Methods(unary=health)) as rt, channels(rt.target) as (ours, reference):
+            ours_check = ours.unary_unary(UNARY, health_pb2.HealthCheckRequest.SerializeToString,
+                                          health_pb2.HealthCheckResponse.FromString)
+            grpcio_check = reference.unary_unary(UNARY, health_pb2.HealthCheckRequest.SerializeToString,
+                                                 health_pb2.HealthCheckResponse.FromString)
+            request = health_pb2.HealthCheckRequest()
+            assert await bounded(ours_check(request, timeout=5)) == await bounded(grpcio_check(request, timeout=5))
+            # grpcio's sync client's status and words (its aio client logs the failure and returns None).
+            error = await call_error(ours_check(health_pb2.HealthCheckRequest(service="x"), timeout=5))
+            assert (error.code, error.details) == (grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+    run(scenario())
