@@ -102,11 +102,15 @@ class ServerConnection(Connection):
         events.append(StreamOpened(stream_id, headers, ended, size))
 
     def refuse(self, stream_id: int) -> None:
-        """A stream this side will not serve (over the calls limit): the client may retry it elsewhere."""
+        """A stream this side will not serve (over the calls limit): the client may retry it elsewhere. Counts
+        against the reset budget, which may end the connection (`closed` says so)."""
         if self._streams.get(stream_id) is not None:
             del self._streams[stream_id]
             self._queued.pop(stream_id, None)
-        self._refuse(stream_id)
+        try:
+            self._refuse(stream_id)
+        except ConnectionError_ as error:
+            self._end(error.code, str(error))
 
     def _refuse(self, stream_id: int) -> None:
         self._induce(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))

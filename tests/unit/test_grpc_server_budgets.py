@@ -290,3 +290,10 @@ def test_a_header_list_over_the_limit_is_reported_with_its_size_and_the_hpack_ta
     (second,) = server.receive(headers(3, block=block))
     assert second.headers[-3:] == [(name.encode(), value.encode()) for name, value in big[-3:]]
     assert second.header_list_size < 2000
+
+
+def test_streams_the_server_refuses_over_its_calls_limit_count_against_the_reset_budget(server):
+    opened = server.receive(b"".join(headers(2 * n + 1) for n in range(limits.RESET_BURST + 1)))
+    for event in opened:
+        server.refuse(event.stream_id)  # what server.py does past CONCURRENT_CALLS
+    assert server.closed is not None and server.closed.error_code == hc.ENHANCE_YOUR_CALM
