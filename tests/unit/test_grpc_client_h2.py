@@ -311,3 +311,23 @@ def test_push_promise_is_a_protocol_error(pair):
     stream_id = pair.request()
     events = pair.client.receive(frame(hc.PUSH_PROMISE, hc.END_HEADERS, stream_id, struct.pack(">L", 2) + b"\x88"))
     assert [(type(e), e.error_code) for e in events] == [(ConnectionEnded, hc.PROTOCOL_ERROR)]
+
+
+def test_the_runtimes_windows_are_given_back_only_as_the_caller_consumes_the_data():
+    # A caller that reads nothing (a relay whose downstream does not read) holds back the runtime's stream: the
+    # runtime can send the stream's window, no more, until the caller consumes.
+    pair = Pair(consuming=False)
+    pair.pump()
+    stream_id = pair.request()
+    pair.server.send_headers(stream_id, RESPONSE_HEADERS)
+    sent, chunk = 0, b"d" * 16_384
+    while (room := pair.server.local_flow_control_window(stream_id)) > 0:
+        pair.server.send_data(stream_id, chunk[:room])
+        sent += min(room, len(chunk))
+        pair.pump()
+    assert sent == hc.STREAM_WINDOW
+    received = sum(len(e.data) for e in pair.take_client(DataReceived))
+    assert received == hc.STREAM_WINDOW
+    pair.client.consume(stream_id, received)
+    pair.pump()
+    assert pair.server.local_flow_control_window(stream_id) == hc.STREAM_WINDOW
