@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.support.netns_env import REPO_ROOT
@@ -38,6 +39,7 @@ class SocketMonitor:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.answers: list[Answer] = []
+        self._new_answer = threading.Condition()
         self._first = threading.Event()
         self._proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -71,17 +73,35 @@ class SocketMonitor:
             self._reader.join(timeout=10)
         return list(self.answers)
 
+    def wait_answer(self, accept: Callable[[Answer], bool], timeout: float) -> Answer | None:
+        """The first answer, from now on or already in, that accept() takes; None after timeout."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._new_answer:
+            while True:
+                for answer in self.answers[seen:]:
+                    if accept(answer):
+                        return answer
+                seen = len(self.answers)
+                left = deadline - time.monotonic()
+                if left <= 0 or self._proc.poll() is not None:
+                    return None
+                self._new_answer.wait(left)
+
     def _read(self) -> None:
         for line in self._proc.stdout:
-            self.answers.append(Answer(**json.loads(line)))
+            with self._new_answer:
+                self.answers.append(Answer(**json.loads(line)))
+                self._new_answer.notify_all()
             self._first.set()
         self._stderr = self._proc.stderr.read()
         self._first.set()
 
 
-def late_or_failed(answers: list[Answer], limit_s: float = 1.0) -> list[Answer]:
-    """The answers that were not OK, or not within limit_s."""
-    return [answer for answer in answers if answer.code != "OK" or answer.latency_s > limit_s]
+def late_or_failed(answers: list[Answer], limit_s: float = 1.0, codes: frozenset[str] = frozenset({"OK"})
+                   ) -> list[Answer]:
+    """The answers not within limit_s, or of a status not in `codes`."""
+    return [answer for answer in answers if answer.code not in codes or answer.latency_s > limit_s]
 
 
 def _main(socket_path: str) -> None:
