@@ -161,10 +161,6 @@ class HeaderBlocks:
             self._indexed.clear()
         return block
 
-    def cheap_block(self, headers: list) -> bytes:
-        """The indexed block of `headers`, once their literal block has been encoded (and must be sent first)."""
-        return self._indexed.get(tuple(headers)) or b""
-
 
 def code_name(code: int) -> str:
     try:
