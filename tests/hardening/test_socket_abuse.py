@@ -66,6 +66,7 @@ FLOOD = 3_000_000  # SETTINGS and PINGs at a client that does not read: 27 and 5
 READ_FLOOD = 100_000  # at a client that reads: any number far past the budget shows whether the server stops
 MADE_RESETS = 20_000
 INBOUND_CALLS, INBOUND_MESSAGE = 48, 4 * MIB
+WINDOW_TIMEOUT_S = 5.0  # a server that stops opening its window for a message: one stalled call ends the attack
 
 
 # --- what is measured --------------------------------------------------------------------------------------------
@@ -594,18 +595,22 @@ def test_inbound_bytes(siege):
     body = message_prefix(INBOUND_MESSAGE) + bytes(INBOUND_MESSAGE - 1)
     stream_ids = []
     start = time.monotonic()
+    f = siege.findings
     for _ in range(INBOUND_CALLS):
         stream_id = attacker.call(HEALTH_CHECK, None, end_stream=False)
         stream_ids.append(stream_id)
-        attacker.send_data(stream_id, body, timeout=ANSWER_TIMEOUT_S)
+        sent = attacker.send_data(stream_id, body, timeout=WINDOW_TIMEOUT_S)
         if attacker.closed or attacker.view.goaway is not None:
+            break
+        if sent < len(body) and not attacker.view.stream(stream_id).answered:
+            f.check(False, f"call {len(stream_ids)}: no window after {sent} bytes of its message for "
+                           f"{WINDOW_TIMEOUT_S} s (a message larger than the window must be let in as it arrives)")
             break
     expected = INBOUND_CALLS - limits.CONNECTION_INBOUND_BYTES // INBOUND_MESSAGE
     attacker.read_until(lambda view: view.statuses(stream_ids).get(RESOURCE_EXHAUSTED, 0) >= expected, 5.0)
     statuses = attacker.view.statuses(stream_ids)
     ordinary = attacker.call(HEALTH_CHECK)
     attacker.read_until(lambda view: view.stream(ordinary).answered, ANSWER_TIMEOUT_S)
-    f = siege.findings
     f.note(f"{len(stream_ids)} calls sent in {time.monotonic() - start:.1f} s: {statuses}; then an ordinary call: "
            f"{attacker.view.statuses([ordinary])}; {describe(attacker.view.goaway)}")
     f.check(statuses.get(RESOURCE_EXHAUSTED, 0) >= expected and set(statuses) <= {RESOURCE_EXHAUSTED, None},

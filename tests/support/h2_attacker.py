@@ -517,7 +517,8 @@ class Attacker:
 
     def send_data(self, stream_id: int, data: bytes, *, end_stream: bool = False, timeout: float = 10.0) -> int:
         """DATA within the server's windows (reading mode): waits for its WINDOW_UPDATEs. Stops when the stream is
-        answered (its END_STREAM or RST_STREAM) or the connection ends. Returns the bytes sent."""
+        answered (its END_STREAM or RST_STREAM), the connection ends, or no window opens within `timeout`. Returns
+        the bytes sent."""
         sent = 0
         while sent < len(data) or (end_stream and sent == len(data) == 0):
             stream = self.view.streams.get(stream_id)
@@ -527,7 +528,7 @@ class Attacker:
             if room <= 0 and len(data) > sent:
                 if not self.read_until(lambda view: min(view.send_window, view.stream_send_window(stream_id)) > 0
                                        or view.streams.get(stream_id, StreamView()).answered, timeout):
-                    raise AssertionError(f"no window for stream {stream_id} within {timeout} s")
+                    return sent
                 continue
             chunk = data[sent:sent + room]
             last = end_stream and sent + room == len(data)
