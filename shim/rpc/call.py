@@ -162,8 +162,9 @@ class ServerCall(grpc.aio.ServicerContext):
 
     async def write(self, message) -> None:
         connection = self._connection
-        while connection.h2.backlog(self._stream_id) > WRITE_BACKLOG or connection.paused:
-            # Woken by a window opening for this stream (WindowOpened) or by the socket draining, nothing else.
+        while connection.h2.backlog(self._stream_id) > WRITE_BACKLOG or connection.write_blocked:
+            # Woken by a window opening for this stream (WindowOpened), by the socket draining or the connection's
+            # queue going down, nothing else.
             connection.blocked_writers.add(self)
             try:
                 await self._wait()

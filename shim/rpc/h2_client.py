@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shim.rpc.h2_core import Connection
 from shim.rpc.h2_frames import (
-    END_STREAM, ENABLE_PUSH, INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE, PREFACE,
+    CONNECTION_WINDOW, END_STREAM, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE, PREFACE,
     PROTOCOL_ERROR, STREAM_WINDOW, ConnectionError_, Stream,
 )
 from shim.rpc.limits import HEADER_LIST_BYTES
@@ -30,7 +30,8 @@ class ResponseHeaders:
 
 class ClientConnection(Connection):
     def __init__(self) -> None:
-        super().__init__({INITIAL_WINDOW_SIZE: STREAM_WINDOW, MAX_HEADER_LIST_SIZE: HEADER_LIST_BYTES, ENABLE_PUSH: 0})
+        super().__init__({MAX_HEADER_LIST_SIZE: HEADER_LIST_BYTES, ENABLE_PUSH: 0},
+                         stream_window=STREAM_WINDOW, connection_window=CONNECTION_WINDOW)
         self._out.insert(0, PREFACE)  # before this side's SETTINGS, which the core queued
         self._next_stream_id = 1
         self.peer_max_streams = MAX_STREAM_ID  # unlimited until the server's SETTINGS say otherwise
@@ -47,7 +48,8 @@ class ClientConnection(Connection):
             raise ConnectionError_(PROTOCOL_ERROR, "stream ids used up")  # the caller opens a new connection
         self._next_stream_id += 2
         self.last_stream_id = stream_id
-        stream = self._streams[stream_id] = Stream(self._peer_window)
+        stream = self._streams[stream_id] = Stream(self._peer_window, self._stream_window)
+        self.queued_bytes += len(body)
         self._headers_frames(stream_id, block, False)
         stream.pending.append(body)
         stream.end_with_data = True

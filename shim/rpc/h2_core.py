@@ -29,10 +29,10 @@ import hpack
 from hpack.exceptions import HPACKError
 
 from shim.rpc.h2_frames import (
-    _FRAME_HEAD, _SETTING, _U32, ACK, CANCEL, COMPRESSION_ERROR, CONNECTION_WINDOW, CONTINUATION, DATA,
+    _FRAME_HEAD, _SETTING, _U32, ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA,
     DEFAULT_FRAME_SIZE, DEFAULT_WINDOW, ENABLE_PUSH, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_WINDOW, NO_ERROR, PING, PRIORITY,
-    PRIORITY_FLAG, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, STREAM_CLOSED, STREAM_WINDOW, WINDOW_UPDATE,
+    PRIORITY_FLAG, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE,
     ConnectionEnded, ConnectionError_, DataReceived, Event, Stream, StreamReset, WindowOpened, frame,
     settings_payload, unpadded,
 )
@@ -42,8 +42,11 @@ from shim.rpc.limits import HEADER_BLOCK_BYTES
 class Connection:
     """One HTTP/2 connection's shared rules; subclasses say how header blocks and new streams are read."""
 
-    def __init__(self, settings: dict[int, int], *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: dict[int, int], *, stream_window: int, connection_window: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._out: list[bytes] = []
+        self._stream_window = stream_window  # the receive windows this side announces
+        self._connection_window = connection_window
         self._buffer = bytearray()
         self._clock = clock
         # No list size limit inside the decoder: it would stop mid-block and leave its table behind the peer's.
@@ -55,15 +58,16 @@ class Connection:
         self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame_size = DEFAULT_FRAME_SIZE
         self._send_window = DEFAULT_WINDOW  # the connection's, for what this side sends
-        self._receive_window = CONNECTION_WINDOW  # what the peer may still send on the connection
+        self._receive_window = connection_window  # what the peer may still send on the connection
         self._consumed = 0  # bytes consumed and not yet given back on the connection's window
         self._continuing: tuple[int, int, bytearray] | None = None  # (stream, HEADERS flags, block so far)
         self.closed: ConnectionEnded | None = None
         self._last_served: int | None = None  # the last stream id of this side's GOAWAY, once sent
         self._broken = False  # this side sent GOAWAY with an error: nothing more is read
         self.induced = 0  # frames queued in answer to the peer (acks, resets) since the socket last drained
-        self._out.append(frame(SETTINGS, 0, 0, settings_payload(settings)))
-        self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONNECTION_WINDOW - DEFAULT_WINDOW)))
+        self.queued_bytes = 0  # DATA waiting for the peer's windows, all streams
+        self._out.append(frame(SETTINGS, 0, 0, settings_payload({**settings, INITIAL_WINDOW_SIZE: stream_window})))
+        self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(connection_window - DEFAULT_WINDOW)))
 
     # --- bytes in ------------------------------------------------------------------------------------------------
 
@@ -128,8 +132,8 @@ class Connection:
                 raise ConnectionError_(FRAME_SIZE_ERROR, "a RST_STREAM not of 4 bytes")
             if stream_id == 0:
                 raise ConnectionError_(PROTOCOL_ERROR, "RST_STREAM on stream 0")
-            if self._streams.pop(stream_id, None) is not None:
-                self._queued.pop(stream_id, None)
+            if stream_id in self._streams:
+                self._forget(stream_id)
                 self._peer_reset()
                 events.append(StreamReset(stream_id, _U32.unpack(payload)[0]))
             elif stream_id > self.last_stream_id:
@@ -298,7 +302,7 @@ class Connection:
         stream = self._streams.get(stream_id)
         if stream is not None and stream.remote_open:
             stream.consumed += size
-            if stream.consumed >= STREAM_WINDOW // 2:
+            if stream.consumed >= self._stream_window // 2:
                 stream.receive_window += stream.consumed
                 self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.consumed)))
                 stream.consumed = 0
@@ -306,7 +310,7 @@ class Connection:
 
     def _give_back(self, size: int) -> None:
         self._consumed += size
-        if self._consumed >= CONNECTION_WINDOW // 2:
+        if self._consumed >= self._connection_window // 2:
             self._receive_window += self._consumed
             self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._consumed)))
             self._consumed = 0
@@ -331,6 +335,7 @@ class Connection:
         if stream is None or not stream.local_open or stream.trailers is not None or not data:
             return
         stream.pending.append(data)
+        self.queued_bytes += len(data)
         self._flush(stream_id, stream)
 
     def backlog(self, stream_id: int) -> int:
@@ -393,9 +398,14 @@ class Connection:
         self._out.append(data)
 
     def _reset(self, stream_id: int, code: int) -> None:
-        del self._streams[stream_id]
-        self._queued.pop(stream_id, None)
+        self._forget(stream_id)
         self._induce(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+
+    def _forget(self, stream_id: int) -> None:
+        """The stream is gone: what it still had queued is dropped."""
+        stream = self._streams.pop(stream_id)
+        if self._queued.pop(stream_id, None) is not None:
+            self.queued_bytes -= sum(map(len, stream.pending))
 
     def _headers_frames(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         self._sent_frames()
@@ -438,6 +448,7 @@ class Connection:
                 chunk = chunk[:room]
             else:
                 pending.popleft()
+            self.queued_bytes -= len(chunk)
             stream.send_window -= len(chunk)
             self._send_window -= len(chunk)
             if not pending and stream.end_with_data:  # a request's last DATA carries END_STREAM itself

@@ -30,9 +30,9 @@ DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
 
-# The receive windows both sides announce. Large: a request of a few MiB (CreateContainer) arrives without waiting
-# for window updates. They are given back as the data is consumed (h2_core.py), so they bound what a peer can have
-# sent ahead of the reader: 4 MiB a stream, 16 MiB a connection (limits.py bounds the rest).
+# The receive windows the client's side announces (the runtime's answers: a ListContainers of a few MiB arrives
+# without waiting for window updates). They are given back as the data is consumed (h2_core.py), so they bound what
+# the runtime can have sent ahead of the reader: 4 MiB a stream, 16 MiB a connection. The server's are limits.py's.
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
 
@@ -115,14 +115,14 @@ class Stream:
     __slots__ = ("send_window", "pending", "trailers", "end_with_data", "remote_open", "local_open",
                  "receive_window", "consumed")
 
-    def __init__(self, send_window: int) -> None:
+    def __init__(self, send_window: int, receive_window: int) -> None:
         self.send_window = send_window
         self.pending: deque[bytes] = deque()  # DATA payload waiting for a window
         self.trailers: bytes | None = None  # a closing header block to send once `pending` is out
         self.end_with_data = False  # or: an empty DATA frame with END_STREAM once `pending` is out (a client's)
         self.remote_open = True
         self.local_open = True
-        self.receive_window = STREAM_WINDOW  # what the peer may still send on it
+        self.receive_window = receive_window  # what the peer may still send on it
         self.consumed = 0  # bytes consumed and not yet given back to the peer's stream window
 
 

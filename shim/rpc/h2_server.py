@@ -24,15 +24,16 @@ from shim.rpc.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for
     CONTINUATION, END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG, NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR,
     FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR,
     ENHANCE_YOUR_CALM, HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
-    MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE, DEFAULT_WINDOW, DEFAULT_FRAME_SIZE, MAX_WINDOW, STREAM_WINDOW,
-    CONNECTION_WINDOW, _FRAME_HEAD, _SETTING, _U32, frame, settings_payload, ConnectionError_, StreamOpened,
+    MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE, DEFAULT_WINDOW, DEFAULT_FRAME_SIZE, MAX_WINDOW, _FRAME_HEAD, _SETTING, _U32, frame, settings_payload, ConnectionError_, StreamOpened,
     DataReceived, StreamEnded, StreamReset, WindowOpened, ConnectionEnded, Event, Stream, unpadded,
 )
 from shim.rpc.limits import (
-    CONCURRENT_CALLS, GLITCH_BURST, GLITCHES_PER_S, HEADER_LIST_BYTES, INDUCED_FRAMES, RESET_BURST, RESETS_PER_S,
-    Budget, PingPolicy,
+    CONCURRENT_CALLS, GLITCH_BURST, GLITCHES_PER_S, HEADER_LIST_BYTES, INDUCED_FRAMES, REQUEST_CONNECTION_WINDOW,
+    REQUEST_STREAM_WINDOW, RESET_BURST, RESETS_PER_S, Budget, PingPolicy,
 )
 
+# The receive windows this side announces (the client side's are h2_frames'), under the names the tests know.
+STREAM_WINDOW, CONNECTION_WINDOW = REQUEST_STREAM_WINDOW, REQUEST_CONNECTION_WINDOW
 CONCURRENT_STREAMS = CONCURRENT_CALLS
 HEADER_LIST_LIMIT = HEADER_LIST_BYTES
 
@@ -40,8 +41,9 @@ HEADER_LIST_LIMIT = HEADER_LIST_BYTES
 class ServerConnection(Connection):
     def __init__(self, *, max_concurrent_streams: int = CONCURRENT_CALLS,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__({MAX_CONCURRENT_STREAMS: max_concurrent_streams, INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                          MAX_HEADER_LIST_SIZE: HEADER_LIST_BYTES, ENABLE_PUSH: 0}, clock=clock)
+        super().__init__({MAX_CONCURRENT_STREAMS: max_concurrent_streams, MAX_HEADER_LIST_SIZE: HEADER_LIST_BYTES,
+                          ENABLE_PUSH: 0}, stream_window=STREAM_WINDOW, connection_window=CONNECTION_WINDOW,
+                         clock=clock)
         # The calls a client may have are counted by the server as it dispatches them (server.py: a handler of a
         # reset stream still counts); one read may open thousands of streams before any is answered (a deadline of
         # 1n is answered at dispatch), so this side's own refusal is a bound of the stream table, at twice that.
@@ -95,7 +97,7 @@ class ServerConnection(Connection):
         if len(self._streams) >= self._stream_limit:
             self._refuse(stream_id)
             return
-        stream = self._streams[stream_id] = Stream(self._peer_window)
+        stream = self._streams[stream_id] = Stream(self._peer_window, self._stream_window)
         if ended:
             self._remote_closed(stream_id, stream)
         size = sum(len(name) + len(value) + 32 for name, value in headers)
@@ -105,8 +107,7 @@ class ServerConnection(Connection):
         """A stream this side will not serve (over the calls limit): the client may retry it elsewhere. Counts
         against the reset budget, which may end the connection (`closed` says so)."""
         if self._streams.get(stream_id) is not None:
-            del self._streams[stream_id]
-            self._queued.pop(stream_id, None)
+            self._forget(stream_id)
         try:
             self._refuse(stream_id)
         except ConnectionError_ as error:

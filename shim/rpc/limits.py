@@ -26,6 +26,13 @@ SERVER_CALLS = 8192
 # about 20 KB (its HPACK table, buffers, the protocol objects).
 SERVER_CONNECTIONS = 1024
 
+# The receive windows the server announces (a client's requests): Go's net/http2 server's upload buffers are 1 MiB
+# a stream; a connection's is 4 here so that a few uploads go at full speed at once. They are given back as the
+# handler takes the data, so they bound what a client may have sent ahead of its handlers' reads: 4 MiB on a
+# connection. CRI and ProbeService requests are a few KiB; a larger message still arrives (below).
+REQUEST_STREAM_WINDOW = 1024 * 1024
+REQUEST_CONNECTION_WINDOW = 4 * 1024 * 1024
+
 # Request bytes a connection's calls hold unread (whole messages a handler has not taken, and the parts of
 # messages still arriving). The receive windows bound what a client may send ahead of its handler's reads, but a
 # message larger than the window must be let in as it arrives, or it could never complete: 48 calls each sending
@@ -45,6 +52,11 @@ HEADER_BLOCK_BYTES = 256 * 1024
 HEADER_LIST_BYTES = 64 * 1024
 
 # --- the write side --------------------------------------------------------------------------------------------
+
+# Response bytes a connection's calls may have queued for the client's windows before a streaming handler's
+# write() waits (each call may also queue 1 MiB of its own, call.py's WRITE_BACKLOG): without it, 64 server streams
+# to a client that opens no window held 64 MiB. Reading goes on (the client's WINDOW_UPDATEs must be read).
+CONNECTION_WRITE_BACKLOG = 4 * 1024 * 1024
 
 # Frames this side queues in answer to the client (PING and SETTINGS acknowledgements, RST_STREAM, refusals) that
 # are not yet written to the socket: past this many, the connection ends with GOAWAY ENHANCE_YOUR_CALM (Go's

@@ -40,8 +40,8 @@ from shim.rpc.h2_server import (
     ConnectionEnded, DataReceived, ServerConnection, StreamEnded, StreamOpened, StreamReset, WindowOpened,
 )
 from shim.rpc.limits import (
-    CLOSE_GRACE_S, CONCURRENT_CALLS, CONNECTION_INBOUND_BYTES, HEADER_LIST_BYTES, IDLE_TIMEOUT_S, PREFACE_TIMEOUT_S,
-    SERVER_CALLS, SERVER_CONNECTIONS, WRITE_BUFFER_HIGH,
+    CLOSE_GRACE_S, CONCURRENT_CALLS, CONNECTION_INBOUND_BYTES, CONNECTION_WRITE_BACKLOG, HEADER_LIST_BYTES,
+    IDLE_TIMEOUT_S, PREFACE_TIMEOUT_S, SERVER_CALLS, SERVER_CONNECTIONS, WRITE_BUFFER_HIGH,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,9 @@ class GrpcConnection(asyncio.Protocol):
                                 ", by the client" if event.by_peer else "")
         if h2.connected and not was_connected:
             self._idle_from_now()
+        if self.blocked_writers and not self.write_blocked:  # the client's windows let the queue go down
+            for call in list(self.blocked_writers):
+                call.on_writable()
         self.flush()
         self._close_if_done()
         self._server._check_drained()  # a WINDOW_UPDATE may have let the last answer out
@@ -154,6 +157,12 @@ class GrpcConnection(asyncio.Protocol):
             call.on_writable()
 
     # for the calls
+    @property
+    def write_blocked(self) -> bool:
+        """A streaming handler's write() waits: the client does not read, or the calls queued too much for its
+        windows."""
+        return self.paused or self.h2.queued_bytes > CONNECTION_WRITE_BACKLOG
+
     def flush(self) -> None:
         data = self.h2.data_to_send()
         transport = self._transport

@@ -18,6 +18,7 @@ import h2.settings
 import pytest
 
 from shim.rpc import grpc_wire
+from shim.rpc import h2_frames as frames
 from shim.rpc import h2_server as hc
 from shim.rpc.h2_client import ClientConnection, ResponseHeaders
 from shim.rpc.h2_server import ConnectionEnded, DataReceived, StreamReset, frame
@@ -86,9 +87,9 @@ def test_the_client_sends_the_preface_then_settings_and_both_sides_acknowledge()
     (client_settings,) = connected.take_server(h2.events.RemoteSettingsChanged)
     changed = {key: setting.new_value for key, setting in client_settings.changed_settings.items()}
     assert changed[Codes.ENABLE_PUSH] == 0
-    assert changed[Codes.INITIAL_WINDOW_SIZE] == hc.STREAM_WINDOW
+    assert changed[Codes.INITIAL_WINDOW_SIZE] == frames.STREAM_WINDOW
     assert connected.take_server(h2.events.SettingsAcknowledged)  # the client acknowledged the server's SETTINGS
-    assert connected.server.outbound_flow_control_window == hc.CONNECTION_WINDOW
+    assert connected.server.outbound_flow_control_window == frames.CONNECTION_WINDOW
     assert connected.client_events == []
 
 
@@ -325,9 +326,9 @@ def test_the_runtimes_windows_are_given_back_only_as_the_caller_consumes_the_dat
         pair.server.send_data(stream_id, chunk[:room])
         sent += min(room, len(chunk))
         pair.pump()
-    assert sent == hc.STREAM_WINDOW
+    assert sent == frames.STREAM_WINDOW
     received = sum(len(e.data) for e in pair.take_client(DataReceived))
-    assert received == hc.STREAM_WINDOW
+    assert received == frames.STREAM_WINDOW
     pair.client.consume(stream_id, received)
     pair.pump()
-    assert pair.server.local_flow_control_window(stream_id) == hc.STREAM_WINDOW
+    assert pair.server.local_flow_control_window(stream_id) == frames.STREAM_WINDOW

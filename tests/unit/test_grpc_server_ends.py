@@ -264,3 +264,29 @@ def test_an_idle_connection_is_told_goaway_and_closed_and_a_busy_one_is_not(monk
             await busy.close()
 
     run(scenario())
+
+
+def test_server_streams_to_a_client_that_opens_no_window_queue_at_most_the_connections_write_backlog():
+    message = b"m" * 65_536
+    started = []
+
+    async def chatty(request, context):
+        started.append(True)
+        while True:
+            yield message
+
+    async def scenario():
+        async with serving({PARK: grpc.unary_stream_rpc_method_handler(chatty)}) as served:
+            client = await H2SocketClient.connect(served.path)  # h2 opens no window beyond the first 64 KiB
+            for _ in range(64):
+                client.message(client.open(PARK), b"")
+            await client.send()
+            await client.sync()
+            assert len(started) == 64
+            (connection,) = served.server._connections
+            # Without the connection's bound: 64 handlers x 1 MiB of their own backlog.
+            assert connection.h2.queued_bytes <= limits.CONNECTION_WRITE_BACKLOG + len(message) + 5
+            assert len(connection.blocked_writers) == 64
+            await client.close()
+
+    run(scenario())
