@@ -27,6 +27,16 @@ def handlers(parked: Parked | None = None) -> dict:
             PARK: grpc.unary_unary_rpc_method_handler(parked or Parked())}
 
 
+async def park(client: H2SocketClient, count: int, extra: list | None = None) -> list[int]:
+    """`count` calls to the parked handler, sent."""
+    stream_ids = []
+    for _ in range(count):
+        stream_ids.append(client.open(PARK, extra))
+        client.message(stream_ids[-1], b"")
+    await client.send()
+    return stream_ids
+
+
 async def echoed(client: H2SocketClient, payload: bytes = b"ping") -> dict[bytes, bytes]:
     stream_id = client.open(ECHO)
     client.message(stream_id, payload)
@@ -111,10 +121,7 @@ def test_a_connection_closed_under_parked_calls_cancels_and_releases_them_all():
     async def scenario():
         async with serving(handlers(parked)) as served:
             client = await H2SocketClient.connect(served.path)
-            for _ in range(50):
-                stream_id = client.open(PARK, [("grpc-timeout", "100S")])
-                client.message(stream_id, b"")
-            await client.send()
+            await park(client, 50, [("grpc-timeout", "100S")])
             await client.sync()
             assert served.server._live_calls == 50
             await client.close()
@@ -134,11 +141,7 @@ def test_calls_beyond_the_connections_limit_are_refused_and_the_others_go_on(mon
     async def scenario():
         async with serving(handlers()) as served:
             client = await H2SocketClient.connect(served.path)
-            for _ in range(3):
-                client.message(client.open(PARK), b"")
-            refused = client.open(PARK)
-            client.message(refused, b"")
-            await client.send()
+            *_, refused = await park(client, 4)
             while not (resets := [e for e in client.events
                                   if isinstance(e, h2.events.StreamReset) and e.stream_id == refused]):
                 await client.read_once()
@@ -155,9 +158,7 @@ def test_calls_beyond_the_servers_limit_are_answered_resource_exhausted(monkeypa
         async with serving(handlers()) as served:
             first, second = await H2SocketClient.connect(served.path), await H2SocketClient.connect(served.path)
             for client in (first, second):
-                for _ in range(2):
-                    client.message(client.open(PARK), b"")
-                await client.send()
+                await park(client, 2)
                 await client.sync()
             answer = await echoed(second)
             assert answer[b"grpc-status"] == b"8"
@@ -252,8 +253,7 @@ def test_an_idle_connection_is_told_goaway_and_closed_and_a_busy_one_is_not(monk
     async def scenario():
         async with serving(handlers(parked)) as served:
             busy = await H2SocketClient.connect(served.path)
-            busy.message(busy.open(PARK), b"")
-            await busy.send()
+            await park(busy, 1)
             idle = await H2SocketClient.connect(served.path)
             await idle.sync()
             while not idle.closed:
