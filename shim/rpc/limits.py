@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 # counts handlers, not streams: a reset stream whose handler has not ended yet still takes a slot). A stream beyond
 # it is refused (RST_STREAM REFUSED_STREAM: the client may retry it, it was never seen by a handler).
 CONCURRENT_CALLS = 4096
-# Calls across every connection. Beyond it a new call is answered at once, Trailers-Only RESOURCE_EXHAUSTED: a
-# call costs about 5 KB besides its handler's own, so 8192 of them stay under 64 MiB. The kubelet's probes of a
-# full node (110 pods with 3 probes each, all bridged) are some 330 calls at once.
+# Calls across every connection. Beyond it a new call is answered at once, Trailers-Only RESOURCE_EXHAUSTED: 8192
+# parked WatchProbeStatus calls held 70-78 MiB (about 9.5 KB each, the handler's own state included). The kubelet's
+# probes of a full node (110 pods with 3 probes each, all bridged) are some 330 calls at once. A client that parks
+# this many calls (two connections suffice) has the kubelet's calls refused meanwhile: the bound is for the
+# daemon's memory, not isolation between clients. Isolation is the socket's access control (0660, root and
+# socket_group): a client that may connect may also stop every pod of the node through the proxied CRI.
 SERVER_CALLS = 8192
-# Connections at once. Beyond it a new one gets GOAWAY ENHANCE_YOUR_CALM and is closed. An idle connection holds
-# about 20 KB (its HPACK table, buffers, the protocol objects).
+# Connections at once. Beyond it a new one gets GOAWAY ENHANCE_YOUR_CALM and is closed. A connection with a call
+# held about 3 KB (1,044 of them: +3.6 MiB), an attacker's far more only while its calls and buffers last.
 SERVER_CONNECTIONS = 1024
 
 # The receive windows the server announces (a client's requests): Go's net/http2 server's upload buffers are 1 MiB
@@ -60,8 +63,9 @@ CONNECTION_WRITE_BACKLOG = 4 * 1024 * 1024
 
 # Frames this side queues in answer to the client (PING and SETTINGS acknowledgements, RST_STREAM, refusals) that
 # are not yet written to the socket: past this many, the connection ends with GOAWAY ENHANCE_YOUR_CALM (Go's
-# net/http2 maxQueuedControlFrames; grpc core stops reading at the same number, DEFAULT_MAX_PENDING_INDUCED_FRAMES).
-# 3M SETTINGS frames from a client that did not read grew grpcio's and this server's write buffer by 27 MiB before.
+# net/http2 maxQueuedControlFrames; grpc core stops reading at the same number, DEFAULT_MAX_PENDING_INDUCED_FRAMES:
+# grpcio's server held 0.4-0.7 MiB under 3M SETTINGS frames from a client that did not read, this server 29 MiB
+# before this bound).
 INDUCED_FRAMES = 10_000
 # The socket's write buffer: above it the transport pauses writing and the connection stops reading (asyncio's
 # flow control; 64 KiB is its default high-water mark). What a call writes waits below it too.
