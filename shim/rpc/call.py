@@ -8,8 +8,9 @@ deserializer. The statuses of the server itself follow grpc core's: a deadline t
 (cancelled) with DEADLINE_EXCEEDED "Deadline Exceeded"; an exception that escapes is UNKNOWN "Unexpected <class>:
 <text>"; a request that cannot be decoded is INTERNAL.
 
-A call always ends, and ends once (`_release`): when its handler's task is done, whatever ended it (an answer, an
-exception, a cancellation before the handler ever ran: a client that resets at once, a grpc-timeout of 0). The
+A call always ends, and ends once (`_release`): at the end of its handler's run, or, when the run never got there
+(a cancellation before the handler ever ran: a client that resets at once; or while it ran), in the task's done
+callback. The
 server's own endings (the deadline, a request over the limits) answer the client at that moment and cancel the
 handler; the call keeps its place among the connection's calls until the handler has really ended.
 
@@ -202,7 +203,11 @@ class ServerCall(grpc.aio.ServicerContext):
 
     # --- the run -------------------------------------------------------------------------------------------------
 
-    async def _run(self) -> tuple[grpc.StatusCode, str] | None:
+    async def _run(self) -> None:
+        # Ended in the handler's own step: the answer goes out now, not a loop turn later in a done callback.
+        self._end(await self._handle())
+
+    async def _handle(self) -> tuple[grpc.StatusCode, str] | None:
         """The handler's run, and the status it ends in (None: the client is gone, there is nobody to answer)."""
         handler = self._handler
         try:
@@ -234,13 +239,16 @@ class ServerCall(grpc.aio.ServicerContext):
             return grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
 
     def _task_done(self, task: asyncio.Task) -> None:
-        """The one way a call ends: the handler is done, or was cancelled before or while it ran."""
+        """Whatever ended the task, the call ends: here when the handler was cancelled before or while it ran (or
+        escaped with a BaseException), which `_run` does not survive to end it itself."""
+        if self._done:
+            return
         outcome = None
-        if not task.cancelled():
-            if task.exception() is None:
-                outcome = task.result()
-            else:  # BaseException beyond a handler's bugs (SystemExit...): the client still gets an answer
-                outcome = grpc.StatusCode.UNKNOWN, "the handler did not end normally"
+        if not task.cancelled() and task.exception() is not None:  # SystemExit...: the client still gets an answer
+            outcome = grpc.StatusCode.UNKNOWN, "the handler did not end normally"
+        self._end(outcome)
+
+    def _end(self, outcome: tuple[grpc.StatusCode, str] | None) -> None:
         if outcome is not None:
             self._answer(*outcome)
         elif not self._answered:  # cancelled by the server stopping: as grpc core, the client hears CANCELLED
