@@ -27,12 +27,11 @@ def frame_message(payload: bytes) -> bytes:
     return _PREFIX.pack(UNCOMPRESSED, len(payload)) + payload
 
 
-def read_prefix(data: bytes | bytearray, offset: int = 0) -> tuple[int, int]:
-    """(payload format, length) of the message whose prefix starts at `offset` (5 bytes must be there).
-
-    grpc-go checks the length against its limit first, then reads the body, and only then the format
-    (checkRecvPayload: a format other than 0 or 1 is Internal "received unexpected payload format")."""
-    return _PREFIX.unpack_from(data, offset)
+# read_prefix(data, offset=0) -> (payload format, length) of the message whose prefix starts at `offset` (5 bytes
+# must be there); the struct's own method, no Python call around it (every DATA frame the daemon reads goes here).
+# grpc-go checks the length against its limit first, then reads the body, and only then the format
+# (checkRecvPayload: a format other than 0 or 1 is Internal "received unexpected payload format").
+read_prefix = _PREFIX.unpack_from
 
 
 # --- grpc-timeout --------------------------------------------------------------------------------------------------

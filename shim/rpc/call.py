@@ -94,7 +94,8 @@ class ServerCall(grpc.aio.ServicerContext):
             except BadMessage as error:
                 self._end_by(grpc.StatusCode.INTERNAL, str(error))
             else:
-                self._credit()
+                if self._reader.buffered or self._held:  # whole messages wait in the inbox for their take
+                    self._credit()
         if ended:
             self.on_end()
         else:
@@ -204,12 +205,9 @@ class ServerCall(grpc.aio.ServicerContext):
     # --- the run -------------------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        # Ended in the handler's own step: the answer goes out now, not a loop turn later in a done callback.
-        self._end(await self._handle())
-
-    async def _handle(self) -> tuple[grpc.StatusCode, str] | None:
-        """The handler's run, and the status it ends in (None: the client is gone, there is nobody to answer)."""
+        """The handler's run, and the call's end with the status it ends in (none when the client is gone)."""
         handler = self._handler
+        outcome: tuple[grpc.StatusCode, str] | None
         try:
             if handler.request_streaming:
                 request: Any = self._requests()
@@ -227,16 +225,18 @@ class ServerCall(grpc.aio.ServicerContext):
                 behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
                 response = await behavior(request, self)
                 self._send_message(self._encode(response))
-            return self._code or grpc.StatusCode.OK, self._details
+            outcome = self._code or grpc.StatusCode.OK, self._details
         except grpc.aio.AbortError:
-            return self._code or grpc.StatusCode.UNKNOWN, self._details
+            outcome = self._code or grpc.StatusCode.UNKNOWN, self._details
         except _Status as status:
-            return status.code, status.details
+            outcome = status.code, status.details
         except _PeerGone:
-            return None
+            outcome = None
         except Exception as error:  # noqa: BLE001 - a handler's bug becomes a status, as in grpc core
             log.exception("handler of %s failed", self._head.path)
-            return grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
+            outcome = grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}"
+        # Ended in the handler's own step: the answer goes out now, not a loop turn later in a done callback.
+        self._end(outcome)
 
     def _task_done(self, task: asyncio.Task) -> None:
         """Whatever ended the task, the call ends: here when the handler was cancelled before or while it ran (or
@@ -313,7 +313,9 @@ class ServerCall(grpc.aio.ServicerContext):
         if due > 0:
             self._credited += due
             self._connection.h2.consume(self._stream_id, due)
-        held = self._unread + partial
+        # Held: the part of a message still arriving, whose bytes went back to the windows. Whole messages in the
+        # inbox have not (they go back when taken), so the connection's window bounds those already.
+        held = partial
         if held != self._held:
             over = self._connection.hold(held - self._held)
             self._held = held

@@ -28,11 +28,15 @@ from probe_api.defaults import MAX_MESSAGE_BYTES
 from shim.rpc import grpc_wire
 from shim.rpc.client_rules import HTTP_STATUS_CODES, CallError, backoff_s, status_error, timeout_text
 from shim.rpc.h2_client import ClientConnection, ResponseHeaders
-from shim.rpc.h2_frames import CANCEL, REFUSED_STREAM, ConnectionEnded, DataReceived, StreamReset, WindowOpened
+from shim.rpc.h2_frames import CANCEL, REFUSED_STREAM, STREAM_WINDOW, ConnectionEnded, DataReceived, StreamReset
 
 USER_AGENT = f"cri-probe-shim python/{sys.version_info.major}.{sys.version_info.minor}"
 CONNECT_TIMEOUT_S = 5.0
 PREFIX = 5  # a message's length prefix on the wire
+# What an answer may hold of the runtime's stream window before its part of a message still arriving goes back
+# (a message larger than the window must, or it never completes); the usual answer of a few KiB is given back
+# whole when its call ends, with no bookkeeping per DATA frame.
+CREDIT_STEP = STREAM_WINDOW // 4
 
 
 class Call:
@@ -129,7 +133,8 @@ class Call:
             for message in self._reader.feed(data):
                 self._messages.append(message)
                 self._unread += len(message) + PREFIX
-            self._credit()
+            if self._received - self._credited >= CREDIT_STEP:  # else the call's end or a read() gives it back
+                self._credit()
         except grpc_wire.MessageTooLarge as error:
             self._connection.reset(self.stream_id)
             self._end(CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)))

@@ -294,6 +294,8 @@ def response_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, st
 def percent_decoded(raw: bytes) -> str:
     """grpc-message as the client's details: decode_grpc_message's bytes as UTF-8, or Latin-1 when they are not, as
     grpcio hands details over (grpc/_common.py decode). Kept by this name for shim/rpc/client.py."""
+    if not raw:  # the usual OK status: no message
+        return ""
     decoded = decode_grpc_message(raw)
     try:
         return decoded.decode("utf-8")

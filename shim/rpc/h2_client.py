@@ -74,8 +74,7 @@ class ClientConnection(Connection):
             raise ConnectionError_(PROTOCOL_ERROR, f"DATA on stream {stream_id}: a server opens none")
         super()._data(flags, stream_id, payload, events)
 
-    def _header_block(self, stream_id: int, flags: int, block: bytes, events: list) -> None:
-        headers = self._decode(block)
+    def _header_block(self, stream_id: int, flags: int, headers: list[tuple[bytes, bytes]], events: list) -> None:
         stream = self._streams.get(stream_id)
         if stream is None:
             if stream_id % 2 == 0 or stream_id > self.last_stream_id:

@@ -65,7 +65,9 @@ class Connection:
         self._last_served: int | None = None  # the last stream id of this side's GOAWAY, once sent
         self._broken = False  # this side sent GOAWAY with an error: nothing more is read
         self.induced = 0  # frames queued in answer to the peer (acks, resets) since the socket last drained
+        self._induced_limit = sys.maxsize  # the server's side sets limits.INDUCED_FRAMES
         self.queued_bytes = 0  # DATA waiting for the peer's windows, all streams
+        self.sent_frames = False  # HEADERS or DATA went out (since the server's side last looked: ping strikes)
         self._out.append(frame(SETTINGS, 0, 0, settings_payload({**settings, INITIAL_WINDOW_SIZE: stream_window})))
         self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(connection_window - DEFAULT_WINDOW)))
 
@@ -91,6 +93,9 @@ class Connection:
                 payload = bytes(buffer[offset + 9:end])
                 offset = end
                 self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload, events)
+                if self.induced > self._induced_limit:  # Go's net/http2 answer to a peer that does not read
+                    raise ConnectionError_(ENHANCE_YOUR_CALM, "too many control frames queued for a peer that "
+                                                              "does not read")
             del buffer[:offset]
         except ConnectionError_ as error:
             events.append(self._end(error.code, str(error)))
@@ -108,7 +113,11 @@ class Connection:
             if flags & PRIORITY_FLAG:
                 block = block[5:]
             if flags & END_HEADERS:
-                self._header_block(stream_id, flags, block, events)
+                try:  # every block is decoded, whatever becomes of its stream: the table must follow the peer's
+                    headers = self._decoder.decode(block, raw=True)
+                except HPACKError as error:
+                    raise ConnectionError_(COMPRESSION_ERROR, f"header block: {error}") from None
+                self._header_block(stream_id, flags, headers, events)
             else:
                 if not block:
                     self._glitch("an empty header block fragment")
@@ -167,7 +176,7 @@ class Connection:
         if flags & END_HEADERS:
             _, first_flags, _ = self._continuing
             self._continuing = None
-            self._header_block(stream_id, first_flags, bytes(block), events)
+            self._header_block(stream_id, first_flags, self._decode(bytes(block)), events)
 
     def _data(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if stream_id == 0:
@@ -202,7 +211,9 @@ class Connection:
             self._remote_closed(stream_id, stream)
         events.append(DataReceived(stream_id, data, ended))
 
-    def _header_block(self, stream_id: int, flags: int, block: bytes, events: list[Event]) -> None:
+    def _header_block(self, stream_id: int, flags: int, headers: list[tuple[bytes, bytes]],
+                      events: list[Event]) -> None:
+        """A whole header block, decoded: what it means is the side's (a request, a response)."""
         raise NotImplementedError
 
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
@@ -408,7 +419,7 @@ class Connection:
             self.queued_bytes -= sum(map(len, stream.pending))
 
     def _headers_frames(self, stream_id: int, block: bytes, end_stream: bool) -> None:
-        self._sent_frames()
+        self.sent_frames = True
         size = self._peer_frame_size
         first, rest = block[:size], block[size:]
         flags = (END_STREAM if end_stream else 0) | (0 if rest else END_HEADERS)
@@ -417,9 +428,6 @@ class Connection:
             chunk, rest = rest[:size], rest[size:]
             self._out.append(frame(CONTINUATION, 0 if rest else END_HEADERS, stream_id, chunk))
 
-    def _sent_frames(self) -> None:
-        """HEADERS or DATA go out (the server's side forgives ping strikes then)."""
-
     def _local_closed(self, stream_id: int, stream: Stream) -> None:
         stream.local_open = False
         self._queued.pop(stream_id, None)
@@ -427,20 +435,15 @@ class Connection:
             del self._streams[stream_id]
 
     def _flush(self, stream_id: int, stream: Stream) -> None:
-        """What the windows let out of the stream's queue; the stream stays queued while something waits."""
-        self._send_queued(stream_id, stream)
-        if stream.local_open and (stream.pending or stream.trailers is not None or stream.end_with_data):
-            self._queued[stream_id] = stream
-        else:
-            self._queued.pop(stream_id, None)
-
-    def _send_queued(self, stream_id: int, stream: Stream) -> None:
+        """What the windows let out of the stream's queue; a stream the windows hold back stays in `_queued` (one
+        that closes leaves it in _local_closed)."""
         pending = stream.pending
         if pending:
-            self._sent_frames()
+            self.sent_frames = True
         while pending:
             room = min(stream.send_window, self._send_window, self._peer_frame_size)
             if room <= 0:
+                self._queued[stream_id] = stream
                 return
             chunk = pending[0]
             if len(chunk) > room:
@@ -465,6 +468,8 @@ class Connection:
             stream.end_with_data = False
             self._out.append(frame(DATA, END_STREAM, stream_id))
             self._local_closed(stream_id, stream)
+        elif stream_id in self._queued:
+            del self._queued[stream_id]  # all out, the stream stays open
 
     def _flush_all(self, events: list[Event]) -> None:
         """The connection's window or every stream's grew: the streams with something queued send what fits."""

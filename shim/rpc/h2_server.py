@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import chain
 
 from shim.rpc.h2_core import Connection
 from shim.rpc.h2_frames import (  # noqa: F401 - the vocabulary, re-exported for the tests and the server
@@ -54,11 +55,12 @@ class ServerConnection(Connection):
         self._glitches = Budget(GLITCH_BURST, GLITCHES_PER_S)
         self._pings = PingPolicy()
         self._settings_frames = 0
+        self._induced_limit = INDUCED_FRAMES
 
     def receive(self, data: bytes) -> list[Event]:
+        if self._broken:
+            return []
         if not self._preface_seen:
-            if self._broken:
-                return []
             buffer = self._buffer
             buffer += data
             if not (PREFACE.startswith(bytes(buffer)) or buffer.startswith(PREFACE)):
@@ -68,19 +70,17 @@ class ServerConnection(Connection):
             del buffer[:len(PREFACE)]
             self._preface_seen = True
             data = b""
+        if not self.connected and len(self._buffer) + len(data) >= 9:
+            # RFC 9113 3.4: the preface is followed by SETTINGS; checked on the first frame's head, once.
+            head = (self._buffer + data)[:9]
+            if head[3] != SETTINGS or head[4] & ACK:
+                return [self._end(PROTOCOL_ERROR, "the client preface is not followed by SETTINGS")]
+            self.connected = True
         return super().receive(data)
 
-    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
-        if not self.connected:
-            if kind != SETTINGS or flags & ACK:  # RFC 9113 3.4: the preface is followed by SETTINGS
-                raise ConnectionError_(PROTOCOL_ERROR, "the client preface is not followed by SETTINGS")
-            self.connected = True
-        super()._frame(kind, flags, stream_id, payload, events)
-        if self.induced > INDUCED_FRAMES:  # Go's net/http2 answer to a client that does not read its answers
-            raise ConnectionError_(ENHANCE_YOUR_CALM, "too many control frames queued for a client that does not read")
 
-    def _header_block(self, stream_id: int, flags: int, block: bytes, events: list[Event]) -> None:
-        headers = self._decode(block)
+    def _header_block(self, stream_id: int, flags: int, headers: list[tuple[bytes, bytes]],
+                      events: list[Event]) -> None:
         ended = bool(flags & END_STREAM)
         stream = self._streams.get(stream_id)
         if stream is not None:  # trailers from the client: they must end its side
@@ -100,7 +100,7 @@ class ServerConnection(Connection):
         stream = self._streams[stream_id] = Stream(self._peer_window, self._stream_window)
         if ended:
             self._remote_closed(stream_id, stream)
-        size = sum(len(name) + len(value) + 32 for name, value in headers)
+        size = sum(map(len, chain.from_iterable(headers))) + 32 * len(headers)  # RFC 9113 6.5.2
         events.append(StreamOpened(stream_id, headers, ended, size))
 
     def refuse(self, stream_id: int) -> None:
@@ -142,6 +142,9 @@ class ServerConnection(Connection):
         self._made_reset()
 
     def _ping_received(self) -> None:
+        if self.sent_frames:  # HEADERS or DATA went out since the last ping: strikes forgiven (grpc-go)
+            self.sent_frames = False
+            self._pings.sent_data()
         if not self._pings.received(self._clock(), calls_open=bool(self._streams)):
             raise ConnectionError_(ENHANCE_YOUR_CALM, "too_many_pings")  # grpc-go's debug data, word for word
 
@@ -149,6 +152,3 @@ class ServerConnection(Connection):
         self._settings_frames += 1
         if self._settings_frames > 1:  # the first is the client's part of the preface
             self._glitch("SETTINGS")
-
-    def _sent_frames(self) -> None:
-        self._pings.forgiven = True

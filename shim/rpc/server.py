@@ -67,7 +67,8 @@ class GrpcConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, ServerCall] = {}
         self._inbound = 0  # request bytes the calls hold (limits.CONNECTION_INBOUND_BYTES)
-        self._timer: asyncio.TimerHandle | None = None  # the preface's, then the idle one, then the close's
+        self._timer: asyncio.TimerHandle | None = None  # the preface's, then the idle watch, then the close's
+        self._idle_since = 0.0  # when the last call ended (the idle watch reads it: no timer is moved per call)
         self._lost = False
         self._rejected = False  # over the connections limit
         self._arrived = 0.0
@@ -122,7 +123,9 @@ class GrpcConnection(asyncio.Protocol):
                     log.warning("gRPC connection ended: %s (HTTP/2 error %d%s)", event.reason, event.error_code,
                                 ", by the client" if event.by_peer else "")
         if h2.connected and not was_connected:
-            self._idle_from_now()
+            self._cancel_timer()  # the preface's
+            self._idle_since = self._arrived
+            self._timer = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_check)
         if self.blocked_writers and not self.write_blocked:  # the client's windows let the queue go down
             for call in list(self.blocked_writers):
                 call.on_writable()
@@ -180,7 +183,7 @@ class GrpcConnection(asyncio.Protocol):
         if self._calls.pop(stream_id, None) is not None:
             self._server._live_calls -= 1
             if not self._calls:
-                self._idle_from_now()
+                self._idle_since = self.loop.time()
         self._close_if_done()
         self._server._check_drained()
 
@@ -219,8 +222,6 @@ class GrpcConnection(asyncio.Protocol):
         if deadline is not None and deadline <= self.loop.time():  # 0n, 1n: over before it could run (grpc core)
             self._refuse(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             return
-        if not self._calls:
-            self._cancel_timer()  # not idle
         call = ServerCall(self, stream_id, head, handler, self._server._max_message, deadline)
         self._calls[stream_id] = call
         self._server._live_calls += 1
@@ -254,13 +255,6 @@ class GrpcConnection(asyncio.Protocol):
         if not self._lost:
             self._timer = self.loop.call_later(CLOSE_GRACE_S, transport.abort)
 
-    def _idle_from_now(self) -> None:
-        transport = self._transport
-        if (self.h2.connected and not self._calls and self.h2.closed is None and not self._lost
-                and transport is not None and not transport.is_closing()):
-            self._cancel_timer()
-            self._timer = self.loop.call_later(IDLE_TIMEOUT_S, self._idle_expired)
-
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -273,10 +267,18 @@ class GrpcConnection(asyncio.Protocol):
             self.h2.go_away(NO_ERROR, "no preface")
             self._close()
 
-    def _idle_expired(self) -> None:
+    def _idle_check(self) -> None:
+        """The idle watch: GOAWAY once no call has been open for IDLE_TIMEOUT_S, else looked at again when that
+        could next be true."""
         self._timer = None
-        if not self._calls:
+        if self.h2.closed is not None or self._lost:
+            return
+        idle_for = self.loop.time() - self._idle_since
+        if not self._calls and idle_for >= IDLE_TIMEOUT_S:
             self.go_away()
+            return
+        wait = IDLE_TIMEOUT_S if self._calls else IDLE_TIMEOUT_S - idle_for
+        self._timer = self.loop.call_later(wait, self._idle_check)
 
     @property
     def draining(self) -> bool:
