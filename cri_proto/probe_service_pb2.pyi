@@ -300,7 +300,7 @@ class ExecProbeResponse(_message.Message):
     def __init__(self, attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ...) -> None: ...
 
 class ProbeSandbox(_message.Message):
-    __slots__ = ("id", "name", "namespace", "uid", "netns_path", "pod_ips", "probes", "worker", "ready", "created_at")
+    __slots__ = ("id", "name", "namespace", "uid", "netns_path", "pod_ips", "probes", "worker", "ready", "created_at", "host_network")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,7 @@ class ProbeSandbox(_message.Message):
     WORKER_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     namespace: str
@@ -321,7 +322,8 @@ class ProbeSandbox(_message.Message):
     worker: WorkerStatus
     ready: bool
     created_at: int
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., uid: _Optional[str] = ..., netns_path: _Optional[str] = ..., pod_ips: _Optional[_Iterable[str]] = ..., probes: _Optional[int] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ..., ready: _Optional[bool] = ..., created_at: _Optional[int] = ...) -> None: ...
+    host_network: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., uid: _Optional[str] = ..., netns_path: _Optional[str] = ..., pod_ips: _Optional[_Iterable[str]] = ..., probes: _Optional[int] = ..., worker: _Optional[_Union[WorkerStatus, _Mapping]] = ..., ready: _Optional[bool] = ..., created_at: _Optional[int] = ..., host_network: _Optional[bool] = ...) -> None: ...
 
 class ListProbeSandboxesRequest(_message.Message):
     __slots__ = ()

@@ -7,6 +7,9 @@ TCP sockets there (non-blocking, SO_LINGER {1, 0}, TCP_NODELAY: connect.py's opt
 worker over that worker's own SOCK_SEQPACKET channel with SCM_RIGHTS (cri_proto/probe_worker.proto:
 SocketRequest / SocketReply). It answers a worker only for the sandboxes the daemon assigned to it.
 
+It never makes a socket in the node's own network namespace (probe_api/node_netns.py: PID 1's, or its own),
+whatever the daemon asks: the daemon refuses such sandboxes first, and this is where the privilege is.
+
 The broker lives in the zygote (probe_zygote/main.py), which is privileged and single-threaded already and
 makes each worker's channel when it forks it; `serve_channel` is called from its poll loop. It also works in
 any one thread (tests run it beside a worker started on its own): setns(2) moves only the calling thread, and
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.node_netns import netns_id, node_netns_ids
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,7 @@ class NetnsBroker:
     def __init__(self, find_pod_ips: Callable[[], list[str]] | None = None) -> None:
         """find_pod_ips: an rtnetlink dump of the current netns's global addresses (probe_worker.pod_ips)."""
         self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._node = node_netns_ids((self._home,))
         self._find_pod_ips = find_pod_ips
         self._workers: dict[int, _Worker] = {}
 
@@ -98,7 +103,10 @@ class NetnsBroker:
         except OSError as exc:
             raise BrokerError(f"cannot open network namespace {netns_path}: {exc.strerror}") from None
         try:
-            inode = os.fstat(fd).st_ino
+            st = os.fstat(fd)
+            if netns_id(st) in self._node:
+                raise BrokerError(f"{netns_path} is the node's own network namespace: no probe socket is made there")
+            inode = st.st_ino
             pod_ips = self._visit(fd, netns_path, self._find_pod_ips if find_pod_ips else None)
         except BaseException:
             os.close(fd)

@@ -192,11 +192,16 @@ def merge_sandboxes(shim: Sequence[service_pb.ProbeSandbox],
 
 
 PODS_HEADERS = ("POD ID", "NAME", "NAMESPACE", "STATE", "NETNS", "WORKER PID", "PROBES", "AGE")
+HOST_NETWORK = "host network"  # the node's own namespace, never probed: no path to show, nothing to probe in
+
+
+def netns_text(sandbox: service_pb.ProbeSandbox) -> str:
+    return HOST_NETWORK if sandbox.host_network else sandbox.netns_path or NONE
 
 
 def pods_table(sandboxes: Iterable[service_pb.ProbeSandbox], now_ns: int, no_trunc: bool = False) -> str:
     rows = ([truncate_id(s.id, no_trunc), s.name or NONE, s.namespace or NONE, "Ready" if s.ready else "NotReady",
-             s.netns_path or NONE, s.worker.pid or NONE, s.probes, age(s.created_at, now_ns)] for s in sandboxes)
+             netns_text(s), s.worker.pid or NONE, s.probes, age(s.created_at, now_ns)] for s in sandboxes)
     return table(PODS_HEADERS, rows)
 
 

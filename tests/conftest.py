@@ -11,6 +11,7 @@ import pytest
 from cri_proto import probe_worker_pb2 as worker_pb
 from tests.support.daemon_env import DaemonProcess
 from tests.support.netns_env import PodNetns, netns_unavailable_reason, remove_stale_namespaces
+from tests.support.node_loopback import NodeLoopbackSentinel
 from tests.support.worker_harness import WorkerHarness
 
 
@@ -47,6 +48,18 @@ def no_workers_left_behind(tmp_path_factory):
                 os.killpg(proc.pid, signal.SIGKILL)  # the zygote's session: it and its workers
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+@pytest.fixture(scope="session")
+def node_loopback():
+    """One server on the node's 127.0.0.1 for the whole suite, where the tests of hostNetwork sandboxes aim their
+    probes: the shim must never reach it. Checked when the suite ends (an error of the last test using it)."""
+    sentinel = NodeLoopbackSentinel()
+    try:
+        yield sentinel
+    finally:
+        sentinel.close()
+    assert sentinel.connections == [], f"the node's 127.0.0.1 was reached: {sentinel.connections}"
 
 
 @pytest.fixture

@@ -15,7 +15,13 @@ So, for an attempt the engine ran:
 | UNKNOWN (the kubelet's prober would have errored)  | status UNKNOWN with the output: discarded, as before |
 | bad arguments (EXIT_BAD_ARGUMENTS)                 | exit 2, stderr = "cri-probe-shim: bad arguments: ..." |
 | the sandbox cannot be probed (EXIT_CANNOT_PROBE)   | exit 3, stderr = "cri-probe-shim: cannot probe ...: ..." |
+| the pod is in the node's network namespace         | status FAILED_PRECONDITION saying so: discarded      |
 | the runtime does not know the container            | forwarded: the runtime's own NOT_FOUND               |
+A hostNetwork pod is never probed from the node's namespace (probe_api/node_netns.py), and must fail closed
+without a restart loop: an error status is a result the kubelet throws away, so readiness keeps its initial
+Failure (not ready), liveness its initial Success (no restart) and a startup probe never succeeds nor counts a
+failure; the kubelet's "probe errored" event and log carry the reason. An exit code would be a counted failure,
+and a liveness probe would restart the container for ever.
 A WARNING (an HTTP 3xx the kubelet did not follow) becomes a plain success: an exec probe has no warning, so the
 kubelet's ProbeWarning event is not sent. That is the one result the bridge cannot carry.
 Pure: no I/O.
@@ -76,6 +82,10 @@ def bad_arguments(reason: str) -> cri_pb.ExecSyncResponse:
 
 def cannot_probe(reason: str) -> cri_pb.ExecSyncResponse:
     return cri_pb.ExecSyncResponse(stderr=_bounded(f"{PREFIX}: cannot probe: {reason}"), exit_code=EXIT_CANNOT_PROBE)
+
+
+def host_network(reason: str) -> StatusAnswer:
+    return StatusAnswer(grpc.StatusCode.FAILED_PRECONDITION, f"{PREFIX}: {reason}")
 
 
 def timed_out(timeout_s: float) -> StatusAnswer:

@@ -34,7 +34,9 @@ from shim.bridge.command import MarkerExecs, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
 from shim.bridge.handlers import Handler, Handlers, handler_key
 from shim.sandboxes.directory import SandboxDirectory
-from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady
+from shim.sandboxes.resolver import (
+    HostNetworkSandbox, RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady,
+)
 from shim.state.results import ResultsManager
 from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable, checked_run_once
 
@@ -102,6 +104,8 @@ class KubeletBridge:
         call = handler.call
         try:
             sandbox = await self._sandboxes.resolve_cached(container.sandbox_id)
+        except HostNetworkSandbox as exc:
+            return answer.host_network(str(exc))
         except (SandboxNotFound, SandboxNotReady, RuntimeUnavailable) as exc:
             return answer.cannot_probe(str(exc))
         if not handler.for_sandbox(sandbox):

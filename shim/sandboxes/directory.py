@@ -8,13 +8,19 @@ each fact about a sandbox has one holder:
 - identity (`note`, `identity`, `known`): the pod's name, namespace and uid that label spans and metrics, for the
   sandboxes the daemon probes;
 - the stopped set: sandboxes the kubelet stopped. A CRI sandbox never runs again, so their workers are never
-  resumed; the mark goes with the sandbox's removal (`forget`).
+  resumed; the mark goes with the sandbox's removal (`forget`);
+- the sandboxes refused for sharing the node's network namespace (hostNetwork), as last asked about, so that
+  `probectl pods` can say "host network" (a bounded set: any caller may name any sandbox).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from shim.sandboxes.cache import ResolvedSandboxes
-from shim.sandboxes.resolver import SandboxInfo, SandboxSource
+from shim.sandboxes.resolver import HostNetworkSandbox, SandboxInfo, SandboxSource
+
+HOST_NETWORK_REMEMBERED = 1024
 
 
 class SandboxDirectory:
@@ -25,16 +31,35 @@ class SandboxDirectory:
         self._cache = cache if cache is not None else ResolvedSandboxes(source)
         self._identities: dict[str, SandboxInfo] = {}
         self._stopped: set[str] = set()
+        self._host_network: OrderedDict[str, None] = OrderedDict()
 
     # --- resolution ---------------------------------------------------------------------------------------------
 
     async def resolve(self, sandbox_id: str) -> SandboxInfo:
         """The runtime's answer now (SandboxNotFound, SandboxNotReady and RuntimeUnavailable propagate)."""
-        return await self._source.resolve(sandbox_id)
+        try:
+            return await self._source.resolve(sandbox_id)
+        except HostNetworkSandbox:
+            self._refused_host_network(sandbox_id)
+            raise
 
     async def resolve_cached(self, sandbox_id: str) -> SandboxInfo:
         """As `resolve`, answered from memory while the sandbox provably lives (cache.py)."""
-        return await self._cache.resolve(sandbox_id)
+        try:
+            return await self._cache.resolve(sandbox_id)
+        except HostNetworkSandbox:
+            self._refused_host_network(sandbox_id)
+            raise
+
+    def host_network(self) -> list[str]:
+        """The sandboxes refused for being in the node's network namespace, as far as remembered."""
+        return list(self._host_network)
+
+    def _refused_host_network(self, sandbox_id: str) -> None:
+        self._host_network[sandbox_id] = None
+        self._host_network.move_to_end(sandbox_id)
+        if len(self._host_network) > HOST_NETWORK_REMEMBERED:
+            self._host_network.popitem(last=False)
 
     async def list(self) -> list[SandboxInfo]:
         return await self._source.list()
@@ -74,6 +99,7 @@ class SandboxDirectory:
         """Nothing left to remember about the sandbox (it has no probes, or it is gone)."""
         self._identities.pop(sandbox_id, None)
         self._stopped.discard(sandbox_id)
+        self._host_network.pop(sandbox_id, None)
 
     def close(self) -> None:
         self._cache.close()

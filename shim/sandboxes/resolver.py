@@ -4,8 +4,10 @@ Two sources behind one interface:
 - the container runtime: CRI PodSandboxStatus(verbose=true), whose `info["info"]`
   JSON holds the runtime spec (network namespace path) and the sandbox pid;
 - the embedded mode (`--runtime-endpoint none`): a sandbox id is the name of a
-  network namespace under /var/run/netns, or /proc/PID/ns/net; never the node's own
-  network namespace (probing from there is the hole this daemon exists to close).
+  network namespace under /var/run/netns, or /proc/PID/ns/net.
+One rule for both (probe_api/node_netns.py): a sandbox in the node's own network namespace is never probed,
+whether the runtime says so (a hostNetwork pod: NamespaceOption network NODE, no network namespace of its own) or
+its namespace file is the node's; it is refused as not ready (FAILED_PRECONDITION) with a message saying why.
 The parsing of the runtime's answer is pure (`sandbox_from_status`).
 """
 
@@ -21,6 +23,7 @@ from typing import Protocol
 import grpc
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from probe_api.node_netns import host_network_refusal, is_node_netns
 from shim.rpc.client import CallError, Channel
 from shim.workers.groups import embedded_tenancy
 
@@ -38,6 +41,13 @@ class SandboxNotReady(Exception):
     """The sandbox exists but cannot be probed now (FAILED_PRECONDITION to the caller)."""
 
 
+class HostNetworkSandbox(SandboxNotReady):
+    """The sandbox lives in the node's network namespace: never probed (FAILED_PRECONDITION, as not ready)."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(host_network_refusal(sandbox_id))
+
+
 class RuntimeUnavailable(Exception):
     """The container runtime did not answer; the answer is unknown, not negative."""
 
@@ -53,6 +63,7 @@ class SandboxInfo:
     uid: str = ""
     created_at: int = 0
     pid: int = 0
+    host_network: bool = False  # the runtime says it shares the node's network namespace
 
 
 class SandboxSource(Protocol):
@@ -88,8 +99,9 @@ def sandbox_from_status(response: cri_pb.PodSandboxStatusResponse) -> SandboxInf
         info = {}
     pid = int(info.get("pid") or 0)
     path = _network_path(info)
-    if not path and pid:
-        # hostNetwork pods have no netns path; the pause process's namespace is the node's.
+    host_network = status.linux.namespaces.options.network == cri_pb.NODE
+    if not path and pid and not host_network:
+        # A runtime that names no path for a pod network: the pause process's namespace (checked before use).
         path = f"/proc/{pid}/ns/net"
     ips = [status.network.ip] if status.network.ip else []
     ips += [p.ip for p in status.network.additional_ips if p.ip]
@@ -104,6 +116,7 @@ def sandbox_from_status(response: cri_pb.PodSandboxStatusResponse) -> SandboxInf
         uid=meta.uid,
         created_at=status.created_at,
         pid=pid,
+        host_network=host_network,
     )
 
 
@@ -111,6 +124,16 @@ def sandbox_gone_reason(listed: cri_pb.PodSandbox | None) -> str:
     if listed is None:
         return "the runtime no longer lists the pod sandbox"
     return f"the runtime lists the pod sandbox as {cri_pb.PodSandboxState.Name(listed.state)}"
+
+
+def _on_the_node(netns_path: str) -> bool:
+    """Whether the runtime's namespace path is the node's own (a runtime that reports a hostNetwork pod without
+    saying so: its pause process's /proc/PID/ns/net). A path the daemon cannot stat is left to the broker, which
+    checks again before it makes any socket."""
+    try:
+        return bool(netns_path) and is_node_netns(os.stat(netns_path))
+    except OSError:
+        return False
 
 
 def netns_path_for(sandbox_id: str) -> str:
@@ -132,12 +155,6 @@ def netns_path_for(sandbox_id: str) -> str:
     return os.path.join(NETNS_DIR, sandbox_id)
 
 
-def is_node_netns(st: os.stat_result) -> bool:
-    """Whether a stat of a netns file is the daemon's own namespace (the node's, under systemd)."""
-    own = os.stat("/proc/self/ns/net")
-    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
-
-
 class NetnsSandboxes:
     """--runtime-endpoint none: every network namespace file is a sandbox; its namespace is the part of its
     name before `namespace_separator`, if one is set and present (worker_groups.embedded_tenancy)."""
@@ -152,8 +169,7 @@ class NetnsSandboxes:
         except OSError:
             raise SandboxNotFound(f"no network namespace at {path}") from None
         if is_node_netns(st):
-            raise SandboxNotReady(
-                f"{path} is the node's own network namespace: probes run only inside pod network namespaces")
+            raise HostNetworkSandbox(sandbox_id)
         name = os.path.basename(path)
         return SandboxInfo(id=sandbox_id, netns_path=path, name=name, created_at=int(st.st_mtime * 1e9),
                            namespace=embedded_tenancy(name, self._separator))
@@ -183,8 +199,9 @@ class NetnsSandboxes:
         for name in names:
             try:
                 out.append(await self.resolve(name))
-            except SandboxNotReady:  # the node's own netns (`ip netns attach host 1`): listed, never probed
-                out.append(SandboxInfo(id=name, netns_path=netns_path_for(name), name=name, ready=False))
+            except HostNetworkSandbox:  # the node's own netns (`ip netns attach host 1`): listed, never probed
+                out.append(SandboxInfo(id=name, netns_path=netns_path_for(name), name=name, ready=False,
+                                       host_network=True))
             except SandboxNotFound:
                 pass  # deleted since listdir
         return out
@@ -216,6 +233,8 @@ class CriSandboxes:
                 raise SandboxNotFound(f"pod sandbox {sandbox_id} not found: {exc.details}") from None
             raise RuntimeUnavailable(f"PodSandboxStatus({sandbox_id}): {exc}") from None
         sandbox = sandbox_from_status(response)
+        if sandbox.host_network or _on_the_node(sandbox.netns_path):
+            raise HostNetworkSandbox(sandbox_id)
         if not sandbox.ready:
             raise SandboxNotReady(f"pod sandbox {sandbox_id} is not ready")
         if not sandbox.netns_path:

@@ -186,13 +186,15 @@ class ProbeRegistry:
         known = self._sandboxes.known()
         for info in await self._sandboxes.list():
             known.setdefault(info.id, info)
+        for sid in self._sandboxes.host_network():
+            known.setdefault(sid, SandboxInfo(id=sid, netns_path="", ready=False, host_network=True))
         out = []
         for sid in sorted(set(known) | set(counts)):
             info = known.get(sid, SandboxInfo(id=sid, netns_path="", ready=False))
             out.append(service_pb.ProbeSandbox(
                 id=sid, name=info.name, namespace=info.namespace, uid=info.uid, netns_path=info.netns_path,
                 pod_ips=info.pod_ips, probes=counts.get(sid, 0), worker=self._supervisor.status(sid),
-                ready=info.ready, created_at=info.created_at,
+                ready=info.ready, created_at=info.created_at, host_network=info.host_network,
             ))
         return out
 

@@ -17,7 +17,9 @@ What each test proves:
   on removal, inside the grace period), with the kubelet's hook User-Agent;
 - faults under the running kubelet (shim kill -9, shim SIGTERM and no shim for GAP_S, a worker kill -9, a containerd
   restart) cost no readiness flip and no container restart;
-- crictl through the shim shows what it shows straight from containerd.
+- crictl through the shim shows what it shows straight from containerd;
+- a hand-converted hostNetwork pod is never probed (its probes aim at the node's 127.0.0.1): it stays not ready, is
+  never restarted, and the kubelet's log says why.
 
 The node and the manifest builders: tests/support/kubelet_node.py.
 """
@@ -39,6 +41,7 @@ import jsonpatch
 import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
+from probe_api.bridge_command import command_for
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
@@ -203,6 +206,27 @@ def test_a_startup_probe_holds_liveness_back_then_failing_liveness_restarts_the_
     k.kubelet.wait_for_counts("3 more successful liveness probes",
                               lambda c: count(c, name, "web", "Liveness", "successful") >= 4)
     assert k.kubelet.pods()[name].restarts == restarts  # alive: no more restarts
+
+
+def test_a_hand_converted_host_network_pod_stays_not_ready_is_never_restarted_and_the_log_says_why(k, node_loopback):
+    # `probectl convert` and the webhook leave hostNetwork pods alone; by hand, their markers reach the shim, which
+    # refuses them (FAILED_PRECONDITION): the kubelet throws each result away ("Probe errored").
+    target = {"httpGet": {"path": "/", "port": node_loopback.port, "host": "127.0.0.1"}}
+    name = k.apply(static_pod("hostnet", k.www("hostnet"), [{
+        "name": "app", "image": k.containerd.images.pause, "imagePullPolicy": "Never",
+        "readinessProbe": probe({"exec": {"command": command_for("readiness", target)}}),
+        "livenessProbe": probe({"exec": {"command": command_for("liveness", target)}}),  # failureThreshold 3
+    }], hostNetwork=True), convert=False)
+    refused = "uses the node's network namespace (hostNetwork)"
+    deadline = time.monotonic() + 60
+    while (errored := k.kubelet.log_text().count(refused)) < 10 and time.monotonic() < deadline:
+        time.sleep(kubelet_env.POLL_S)
+    assert errored >= 10, k.kubelet.log_tail(40)  # both probes, 5 periods or more: past liveness' threshold
+    log = k.kubelet.log_text()
+    assert "Probe errored" in log and "FailedPrecondition" in log
+    pod = k.kubelet.pods()[name]
+    assert not pod.ready and pod.restarts == 0
+    assert node_loopback.connections == []
 
 
 # --- the admission webhook -----------------------------------------------------------------------------------------

@@ -193,7 +193,9 @@ class ContainerdEnv:
 
     # --- pods, as the kubelet asks for them ---
 
-    def sandbox_config(self, name: str, namespace: str = "e2e", attempt: int = 0) -> cri_pb.PodSandboxConfig:
+    def sandbox_config(self, name: str, namespace: str = "e2e", attempt: int = 0,
+                       host_network: bool = False) -> cri_pb.PodSandboxConfig:
+        """As the kubelet asks for a pod; `host_network`: a `hostNetwork: true` pod (network namespace NODE)."""
         uid = str(uuid.uuid4())
         log_dir = self.session.path("logs", f"{namespace}_{name}_{uid}")
         os.makedirs(log_dir, exist_ok=True)
@@ -201,12 +203,13 @@ class ContainerdEnv:
                   "io.kubernetes.pod.uid": uid, "probe-e2e": self.session.token}
         return cri_pb.PodSandboxConfig(
             metadata=cri_pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=attempt),
-            hostname=name, log_directory=log_dir, labels=labels,
+            # A hostNetwork pod shares the node's UTS namespace too: runc refuses to set a hostname there.
+            hostname="" if host_network else name, log_directory=log_dir, labels=labels,
             annotations={"kubernetes.io/config.source": "probe-e2e"},
             linux=cri_pb.LinuxPodSandboxConfig(
                 cgroup_parent=self.session.cgroup_parent,
                 security_context=cri_pb.LinuxSandboxSecurityContext(namespace_options=cri_pb.NamespaceOption(
-                    network=cri_pb.POD, pid=cri_pb.CONTAINER, ipc=cri_pb.POD)),
+                    network=cri_pb.NODE if host_network else cri_pb.POD, pid=cri_pb.CONTAINER, ipc=cri_pb.POD)),
             ),
         )
 

@@ -111,8 +111,8 @@ class Kubelet:
         self.cri = cri
         self.env = env
 
-    def run_pod(self, name: str) -> Pod:
-        config = self.env.sandbox_config(name)
+    def run_pod(self, name: str, host_network: bool = False) -> Pod:
+        config = self.env.sandbox_config(name, host_network=host_network)
         sandbox_id = self.cri.call("RunPodSandbox", cri_pb.RunPodSandboxRequest(config=config)).pod_sandbox_id
         self.env.note_sandbox(sandbox_id)
         network = sandbox_network(self.cri.sandbox_status(sandbox_id))

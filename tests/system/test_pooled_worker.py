@@ -189,6 +189,25 @@ def test_the_broker_refuses_a_sandbox_assigned_to_another_worker_or_to_none(pod_
         sock.close()
 
 
+def test_the_broker_never_makes_a_socket_in_the_nodes_own_netns_whatever_it_is_asked(pod_netns, broker, tmp_path):
+    # Defence in depth: the daemon refuses hostNetwork sandboxes first; the broker, which holds the privilege,
+    # refuses the node's namespace however it is named (its own, through /proc, through a bind mount or link).
+    broker.attach(1)
+    node_paths = ["/proc/self/ns/net", "/proc/thread-self/ns/net", f"/proc/{os.getpid()}/ns/net"]
+    (tmp_path / "host").symlink_to("/proc/self/ns/net")
+    node_paths.append(str(tmp_path / "host"))
+    for path in node_paths:
+        with pytest.raises(BrokerError, match=f"^{path} is the node's own network namespace: no probe socket"):
+            broker.broker.assign(1, "node", path)
+    assert broker.broker.assigned(1) == []
+    assert broker.ask(1, "node")[0].error == "sandbox 'node' is not assigned to this worker"
+    broker.broker.assign(1, "pod", pod_netns.path)  # a pod's namespace still is
+    reply, sockets = broker.ask(1, "pod")
+    assert reply.error == "" and len(sockets) == 2
+    for sock in sockets:
+        sock.close()
+
+
 @pytest.mark.parametrize(("family", "count", "error"), [
     (socket.AF_UNIX, 1, "family: Unsupported value: 1: supported values: 2, 10"),
     (socket.AF_INET, 0, "count: Invalid value: 0: must be between 1 and 16, inclusive"),

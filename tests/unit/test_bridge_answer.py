@@ -135,6 +135,17 @@ def test_an_unknown_attempt_is_an_unknown_status_the_kubelet_discards(output, de
     assert verdict.discarded
 
 
+def test_a_host_network_pod_is_a_failed_precondition_the_kubelet_discards_never_a_counted_failure():
+    # Fail closed without a restart loop: discarded, readiness stays at its initial Failure, liveness at its
+    # initial Success; the kubelet's "probe errored" event says why.
+    reason = "pod sandbox sb-1 uses the node's network namespace (hostNetwork): cri-probe-shim never probes ..."
+    result = answer.host_network(reason)
+    assert result == answer.StatusAnswer(grpc.StatusCode.FAILED_PRECONDITION, f"cri-probe-shim: {reason}")
+    verdict = kubelet_probe(result)
+    assert verdict.discarded and verdict.result == "unknown"
+    assert verdict.error == f"rpc error: code = FailedPrecondition desc = cri-probe-shim: {reason}"
+
+
 def test_an_unknown_container_is_left_to_the_runtime():
     # Not the bridge's to answer: forwarded, so the kubelet gets the runtime's own NOT_FOUND, word for word
     # (containerd's text differs between versions: 1.x ContainerStatus-style, 2.x "failed to find container").

@@ -284,6 +284,15 @@ def test_merge_sandboxes_joins_the_runtimes_pods_with_the_shims():
     assert lines[2].split() == ["bbbb", "db", "shop", "NotReady", "-", "-", "0", "20s"]
 
 
+def test_a_sandbox_in_the_nodes_network_namespace_shows_as_host_network_not_a_path():
+    shim = [service_pb.ProbeSandbox(id="hhhh", netns_path="/var/run/netns/host", host_network=True),
+            service_pb.ProbeSandbox(id="cccc", host_network=True)]
+    runtime = [cri_pb.PodSandbox(id="cccc", metadata=cri_pb.PodSandboxMetadata(name="agent", namespace="kube-system"),
+                                 state=cri_pb.SANDBOX_READY, created_at=NOW - SECOND)]
+    lines = render.pods_table(render.merge_sandboxes(shim, runtime), NOW).splitlines()
+    assert [line.split()[4:6] for line in lines[1:]] == [["host", "network"], ["host", "network"]]
+
+
 def test_workers_table_has_a_row_per_worker_with_the_sandboxes_it_serves():
     usage = [probectl_pb.WorkerUsage(pid=4321, group="shop#1", pod_sandbox_ids=["aaaaaaaaaaaaaaaa", "bbbb", "cccc"],
                                      state=service_pb.WORKER_RUNNING, uptime_seconds=200, pss_bytes=3 * 1024 * 1024,

@@ -8,17 +8,32 @@ import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from shim.sandboxes import resolver as sandboxes
-from shim.sandboxes.resolver import (SandboxNotReady, NETNS_DIR, NetnsSandboxes, SandboxNotFound, netns_path_for, sandbox_from_status,
-                            sandbox_gone_reason)
+from shim.sandboxes.resolver import (
+    NETNS_DIR, CriSandboxes, HostNetworkSandbox, NetnsSandboxes, SandboxNotFound, SandboxNotReady, netns_path_for,
+    sandbox_from_status, sandbox_gone_reason,
+)
 
 NETNS = "/run/containerd-test/io.containerd.grpc.v1.cri/netns/cni-1234"
 
 
-def status_response(info: dict | None, ip="10.244.77.5", extra_ips=("fd00::5",), state=cri_pb.SANDBOX_READY):
+def node_namespace_files() -> list[str]:
+    """The node's namespace files this process may stat (PID 1's is not, on some sandboxed machines)."""
+    files = [f"/proc/{os.getpid()}/ns/net"]
+    try:
+        os.stat("/proc/1/ns/net")
+    except OSError:
+        return files
+    return files + ["/proc/1/ns/net"]
+
+
+def status_response(info: dict | None, ip="10.244.77.5", extra_ips=("fd00::5",), state=cri_pb.SANDBOX_READY,
+                    network_mode=cri_pb.POD):
     status = cri_pb.PodSandboxStatus(
         id="abc123", state=state, created_at=42,
         metadata=cri_pb.PodSandboxMetadata(name="web-0", namespace="shop", uid="uid-1"),
         network=cri_pb.PodSandboxNetworkStatus(ip=ip, additional_ips=[cri_pb.PodIP(ip=i) for i in extra_ips]),
+        linux=cri_pb.LinuxPodSandboxStatus(namespaces=cri_pb.Namespace(
+            options=cri_pb.NamespaceOption(network=network_mode))),
     )
     return cri_pb.PodSandboxStatusResponse(status=status, info={"info": json.dumps(info)} if info is not None else {})
 
@@ -43,9 +58,47 @@ def test_metadata_path_is_the_fallback():
     assert sandbox_from_status(status_response(info)).netns_path == NETNS
 
 
-def test_host_network_pod_uses_the_sandbox_process_namespace():
+def test_a_runtime_that_names_no_path_gives_the_sandbox_process_namespace_to_be_checked():
     sandbox = sandbox_from_status(status_response(containerd_info(path=""), ip=""))
     assert sandbox.netns_path == "/proc/4321/ns/net" and sandbox.pod_ips == ("fd00::5",)
+    assert not sandbox.host_network  # not by the runtime's account: the resolver stats the path (below)
+
+
+def test_a_pod_the_runtime_puts_in_the_nodes_network_namespace_is_host_network_with_no_path():
+    sandbox = sandbox_from_status(status_response(containerd_info(path=""), ip="", network_mode=cri_pb.NODE))
+    assert sandbox.host_network and sandbox.netns_path == ""
+
+
+class Runtime:
+    """A Channel whose PodSandboxStatus answers `response` (what CriSandboxes calls)."""
+
+    def __init__(self, response: cri_pb.PodSandboxStatusResponse) -> None:
+        self.response = response
+
+    def unary_unary(self, path, request_serializer, response_deserializer):
+        async def call(request, *, timeout=None, metadata=()):
+            return self.response
+        return call
+
+
+@pytest.mark.parametrize("mode,info", [
+    (cri_pb.NODE, containerd_info(path="")),  # the runtime says so (containerd fills the namespace options)
+    (cri_pb.POD, containerd_info(path="", pid=os.getpid())),  # it does not: the pause process's is the node's
+    (cri_pb.POD, containerd_info(path=f"/proc/{os.getpid()}/ns/net")),  # a path that is the node's namespace
+])
+def test_the_cri_resolver_refuses_a_sandbox_in_the_nodes_network_namespace(mode, info):
+    runtime = Runtime(status_response(info, ip="", network_mode=mode))
+    with pytest.raises(HostNetworkSandbox, match=r"^pod sandbox abc123 uses the node's network namespace "
+                                                 r"\(hostNetwork\): cri-probe-shim never probes"):
+        asyncio.run(CriSandboxes(runtime).resolve("abc123"))
+
+
+def test_the_cri_resolver_takes_a_pod_network_namespace():
+    runtime = Runtime(status_response(containerd_info(path=f"/proc/{os.getpid()}/ns/../ns/net")))
+    with pytest.raises(HostNetworkSandbox):  # the node's however spelt
+        asyncio.run(CriSandboxes(runtime).resolve("abc123"))
+    runtime.response = status_response(containerd_info(path="/var/run/netns/somewhere-else"))
+    assert asyncio.run(CriSandboxes(runtime).resolve("abc123")).netns_path == "/var/run/netns/somewhere-else"
 
 
 def test_not_ready_and_missing_info():
@@ -75,8 +128,10 @@ def test_embedded_mode_maps_names_and_refuses_escapes():
 
 def test_embedded_mode_refuses_the_nodes_own_netns():
     # The daemon's own netns is the node's: a "sandbox" there would probe the node, not a pod.
-    with pytest.raises(SandboxNotReady, match="node's own network namespace"):
-        asyncio.run(NetnsSandboxes().resolve(f"/proc/{os.getpid()}/ns/net"))
+    for path in node_namespace_files():
+        with pytest.raises(HostNetworkSandbox, match="uses the node's network namespace"):
+            asyncio.run(NetnsSandboxes().resolve(path))
+    assert issubclass(HostNetworkSandbox, SandboxNotReady)  # FAILED_PRECONDITION to the API's callers
 
 
 def test_embedded_mode_lists_the_nodes_own_netns_as_not_ready_instead_of_failing(tmp_path, monkeypatch):
@@ -84,8 +139,8 @@ def test_embedded_mode_lists_the_nodes_own_netns_as_not_ready_instead_of_failing
     monkeypatch.setattr(sandboxes, "NETNS_DIR", str(tmp_path))
     (tmp_path / "pod-a").write_text("")  # a plain file stands in for a pod's netns file
     (tmp_path / "host").symlink_to(f"/proc/{os.getpid()}/ns/net")
-    listed = {info.id: info.ready for info in asyncio.run(NetnsSandboxes().list())}
-    assert listed == {"host": False, "pod-a": True}
+    listed = {info.id: (info.ready, info.host_network) for info in asyncio.run(NetnsSandboxes().list())}
+    assert listed == {"host": (False, True), "pod-a": (True, False)}
 
 
 def test_embedded_mode_unknown_netns_is_not_found():
