@@ -35,6 +35,7 @@ from probe_worker.probes.grpc import unary_call
 from probe_worker.probes.http import response as http_response
 from tests.support.daemon_env import DaemonProcess, run, status
 from tests.support.netns_env import PodNetns
+from tests.support.process_memory import memory_kib
 
 pytestmark = pytest.mark.netns
 
@@ -193,31 +194,16 @@ def warm_up(pod_netns, worker, kind: str) -> None:
     server.stop()
 
 
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) from /proc/PID/status, Pss from smaps_rollup."""
-    values = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0])
-    with open(f"/proc/{pid}/smaps_rollup") as rollup:
-        for line in rollup:
-            if line.startswith("Pss:"):
-                values["Pss"] = int(line.split()[1])
-    return values
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_hostile_target(scenario: Scenario, pod_netns, worker):
     warm_up(pod_netns, worker, scenario.kind)
     server = pod_netns.spawn_python(scenario.server, "--mode", scenario.mode, *scenario.server_args)
     target = Target(pod_netns.ipv4, server.port)
-    before = memory_kib(worker.proc.pid)
+    before = memory_kib(worker.proc.pid, pss=True)
 
     spec = probe_spec(scenario.kind, server.port)
     attempts = [worker.run_once(spec, timeout=scenario.tries * TIMEOUT_MS / 1000 + 10) for _ in range(REPEATS)]
-    after = memory_kib(worker.proc.pid)
+    after = memory_kib(worker.proc.pid, pss=True)
 
     durations_ms = [a.duration_ns / 1e6 for a in attempts]
     growth = {key: after[key] - before[key] for key in after}

@@ -46,6 +46,7 @@ from tests.support.h2_attacker import (
     window_update_frame,
 )
 from tests.support.netns_env import REPO_ROOT
+from tests.support.process_memory import memory_kib, reset_peak
 from tests.support.socket_monitor import DEADLINE_S, Answer, SocketMonitor, late_or_failed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon (probe-shim serve) runs as root: its zygote "
@@ -70,22 +71,6 @@ WINDOW_TIMEOUT_S = 5.0  # a server that stops opening its window for a message: 
 
 
 # --- what is measured --------------------------------------------------------------------------------------------
-
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS since the last reset) of the process itself."""
-    values = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0])
-    return values
-
-
-def reset_peak(pid: int) -> None:
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # VmHWM := VmRSS (proc(5))
-
 
 def cpu_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as stat:
