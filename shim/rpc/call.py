@@ -273,6 +273,7 @@ class ServerCall(grpc.aio.ServicerContext):
 
     def _release(self) -> None:
         self._done = True
+        self.task.remove_done_callback(self._task_done)  # ended in its own step: no loop callback to schedule
         if self._timer is not None:
             self._timer.cancel()
         self._inbox.clear()
