@@ -16,7 +16,11 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench bench-full protos clean
+.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s
+
+# Kubernetes binaries from the Go module proxy (hack/build-kubernetes.sh), cached outside the work tree by version.
+K8S_VERSION ?= 1.37.2
+K8S_BINARIES ?= kubelet crictl
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +78,9 @@ bench: system-deps $(VENV)/.installed-bench
 
 bench-full: system-deps $(VENV)/.installed-bench
 	$(PY) bench/suite.py --mode full
+
+k8s:
+	hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES)
 
 protos: $(VENV)/.installed-test
 	$(PY) -m cri_proto.generate
