@@ -16,7 +16,7 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s
+.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s k8s-if-go
 
 # Kubernetes binaries from the Go module proxy (hack/build-kubernetes.sh), cached outside the work tree by version.
 K8S_VERSION ?= 1.37.2
@@ -43,12 +43,18 @@ system-deps:
 		fi; \
 	else echo "not root or no apt-get: not installing $(APT_PACKAGES); tests that need them skip"; fi
 
+# The real-kubelet tests' kubelet and crictl (K8S_VERSION), built once into hack/build-kubernetes.sh's cache when
+# Go is here; without Go those tests skip and say why.
+k8s-if-go:
+	@if command -v go >/dev/null; then hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES) >/dev/null; \
+	else echo "no Go: not building kubelet $(K8S_VERSION); the real-kubelet tests skip"; fi
+
 # pytest exits 5 when it collected no test; that is not a failure of the code.
-test: system-deps $(VENV)/.installed-test
+test: system-deps $(VENV)/.installed-test k8s-if-go
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-e2e: system-deps $(VENV)/.installed-test
+e2e: system-deps $(VENV)/.installed-test k8s-if-go
 	$(PY) -m pytest -q -ra -m e2e tests/e2e $(PYTEST_ARGS)
 
 # The daemon in the foreground on its embedded default: no container runtime, a pod
@@ -73,10 +79,10 @@ $(VENV)/.installed-bench: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
-bench: system-deps $(VENV)/.installed-bench
+bench: system-deps $(VENV)/.installed-bench k8s-if-go
 	$(PY) bench/suite.py --mode quick
 
-bench-full: system-deps $(VENV)/.installed-bench
+bench-full: system-deps $(VENV)/.installed-bench k8s-if-go
 	$(PY) bench/suite.py --mode full
 
 k8s:

@@ -13,7 +13,7 @@ The code before issue 22 is commit 7b56778 (the last before the issue's changes)
 benchmark, so that both have the same scenarios and rows; only the shim's code differs. bench/ab_full.sh does
 all of it (`bench/ab_full.sh 7b56778`); by hand:
 
-    git worktree add ../before-22 7b56778       # beside main: ../shared/kubelet is found from there
+    git worktree add ../before-22 7b56778       # beside main; the kubelet is make k8s's cached build
     rm -rf ../before-22/bench && cp -a bench ../before-22/bench
     .venv/bin/python ../before-22/bench/suite.py --mode full --out /tmp/ab-22/before
     .venv/bin/python bench/suite.py --mode full --out bench/results/DATE-HOST-full-issue22 --before-code ../before-22

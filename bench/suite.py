@@ -25,8 +25,8 @@ Scenarios, in this order (bench/<module>.py each):
                 and the kubelet's, containerd's and the shim's, per probe above no probes
   9. admission  the admission webhook at 200 AdmissionReviews/s (issue 20): latency, CPU, memory
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
-are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else
-../shared/kubelet/) the node figures; everything else still runs. A scenario that
+are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else the
+one `make k8s` builds) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
 alone (scale, scale_strict, latency, spawn, pressure, exec, bridge_load, proxy, restart, node,
 admission), into DIR ending in -only-NAME... The summary ends with issue 22's targets, each met or

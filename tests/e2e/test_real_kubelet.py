@@ -1,6 +1,6 @@
 """The promise, proven with a real kubelet: kubelet -> shim -> real containerd, static pods converted by probectl.
 
-A real kubelet (tests/support/kubelet_env.py: KUBELET_BIN, else ../shared/kubelet/) runs standalone with the shim's socket
+A real kubelet (tests/support/kubelet_env.py: KUBELET_BIN, else `make k8s`'s, 1.37.2) runs standalone with the shim's socket
 as its CRI endpoint, in front of the suite's private containerd. Every pod is a static pod written by the test
 and converted with the real `probectl convert`; what is asserted is what the kubelet itself says: readiness and
 restart counts on its read-only port, its own `prober_probe_total`, its log. Workloads are busybox httpd serving a

@@ -1,7 +1,8 @@
 """A real kubelet in front of any CRI endpoint, for end-to-end tests and the benchmark's "node" scenario.
 
-Owns: finding the kubelet and crictl (`KUBELET_BIN` / `CRICTL_BIN`, else `../shared/kubelet/` beside the
-repository); the kubelet's standalone configuration (no API server: static pods from a folder, the read-only port
+Owns: finding the kubelet and crictl (`KUBELET_BIN` / `CRICTL_BIN`, else the build of `make k8s`, which
+hack/build-kubernetes.sh keeps in its cache by version: `K8S_VERSION`, 1.37.2 by default); the kubelet's standalone
+configuration (no API server: static pods from a folder, the read-only port
 for `/pods` and `/metrics/probes`, ports of its own so that it never meets another kubelet); starting it in a
 private mount namespace, so that it changes no host sysctl and writes nothing under /var/lib or /var/log; static
 pod manifests written atomically (the kubelet's file source reads a half-written file and logs an error); asking
@@ -30,16 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.kubelet_views import POLL_S, PodView, ReadinessRecorder, pod_views, probe_counts, readiness_changes
-from tests.support.netns_env import REPO_ROOT
 
 # Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.
 __all__ = ["KUBELET_VERSION", "NODE_NAME", "POLL_S", "KubeletPorts", "KubeletProcess", "ReadinessRecorder",
            "crictl_binary", "free_ports", "kubelet_config", "pod_views", "probe_counts", "readiness_changes",
            "running_kubelet", "unavailable_reason"]
 
-SHARED_KUBELET_DIR = REPO_ROOT.parent / "shared" / "kubelet"
+DEFAULT_KUBERNETES_VERSION = "1.37.2"  # what `make k8s` builds and the tests run by default (the newest release)
 NODE_NAME = "node1"              # --hostname-override: static pods are named NAME-node1
-KUBELET_VERSION = "v1.32.10"     # what these tests were written against (kubelet --version)
+KUBELET_VERSION = f"v{os.environ.get('K8S_VERSION') or DEFAULT_KUBERNETES_VERSION}"  # of the build found by default
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 5.0
@@ -67,12 +67,19 @@ exec "$kubelet" "$@"
 """
 
 
+def kubernetes_build_dir() -> Path:
+    """Where hack/build-kubernetes.sh puts the binaries of K8S_VERSION (its cache, outside the work tree)."""
+    cache = os.environ.get("K8S_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cri-probe-shim" / "kubernetes"
+    return Path(cache) / KUBELET_VERSION
+
+
 def kubelet_binary() -> Path:
-    return Path(os.environ.get("KUBELET_BIN") or SHARED_KUBELET_DIR / "kubelet")
+    return Path(os.environ.get("KUBELET_BIN") or kubernetes_build_dir() / "kubelet")
 
 
 def crictl_binary() -> Path:
-    return Path(os.environ.get("CRICTL_BIN") or SHARED_KUBELET_DIR / "crictl")
+    return Path(os.environ.get("CRICTL_BIN") or kubernetes_build_dir() / "crictl")
 
 
 def unavailable_reason() -> str | None:
@@ -81,8 +88,8 @@ def unavailable_reason() -> str | None:
         return "needs root to run a kubelet"
     binary = kubelet_binary()
     if not os.access(binary, os.X_OK):
-        return (f"needs a kubelet binary ({KUBELET_VERSION}): none at {binary}; set KUBELET_BIN to one "
-                "(CI has it in ../shared/kubelet/)")
+        return (f"needs a kubelet binary ({KUBELET_VERSION}): none at {binary}; `make k8s` builds it (Go and "
+                "the Go module proxy), or set KUBELET_BIN to one")
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return "needs util-linux's unshare and mount (a private mount namespace for the kubelet)"
     return None
@@ -128,6 +135,9 @@ def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts") -> dict:
         "healthzPort": ports.healthz,
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
+        # From 1.35 a kubelet refuses cgroup v1 unless told (KEP-5573): these machines mount v1 (a node on cgroup v2,
+        # most of them, needs nothing). 1.31-1.34 know the field with false as its default.
+        "failCgroupV1": False,
         # Image garbage collection would delete the locally imported test images (there is no registry).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
