@@ -16,11 +16,15 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s k8s-if-go
+.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s containerd go-binaries test-matrix
 
-# Kubernetes binaries from the Go module proxy (hack/build-kubernetes.sh), cached outside the work tree by version.
+# Kubernetes binaries (hack/build-kubernetes.sh) and containerd 2.x (hack/build-containerd.sh) from the Go module
+# proxy, cached outside the work tree by version. The tests run kubelet K8S_VERSION on containerd CONTAINERD_VERSION
+# (and the containerd tests on Debian's 1.6 too).
 K8S_VERSION ?= 1.37.2
 K8S_BINARIES ?= kubelet crictl
+CONTAINERD_VERSION ?= 2.4.2
+export K8S_VERSION CONTAINERD_VERSION
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,18 +47,19 @@ system-deps:
 		fi; \
 	else echo "not root or no apt-get: not installing $(APT_PACKAGES); tests that need them skip"; fi
 
-# The real-kubelet tests' kubelet and crictl (K8S_VERSION), built once into hack/build-kubernetes.sh's cache when
-# Go is here; without Go those tests skip and say why.
-k8s-if-go:
-	@if command -v go >/dev/null; then hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES) >/dev/null; \
-	else echo "no Go: not building kubelet $(K8S_VERSION); the real-kubelet tests skip"; fi
+# What the tests run that only Go builds: kubelet and crictl (K8S_VERSION) and containerd (CONTAINERD_VERSION), each
+# built once into its cache when Go is here; without Go the tests that need them skip and say why.
+go-binaries:
+	@if command -v go >/dev/null; then hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES) >/dev/null && \
+		hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null; \
+	else echo "no Go: not building kubelet $(K8S_VERSION) nor containerd $(CONTAINERD_VERSION); tests that need them skip"; fi
 
 # pytest exits 5 when it collected no test; that is not a failure of the code.
-test: system-deps $(VENV)/.installed-test k8s-if-go
+test: system-deps $(VENV)/.installed-test go-binaries
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-e2e: system-deps $(VENV)/.installed-test k8s-if-go
+e2e: system-deps $(VENV)/.installed-test go-binaries
 	$(PY) -m pytest -q -ra -m e2e tests/e2e $(PYTEST_ARGS)
 
 # The daemon in the foreground on its embedded default: no container runtime, a pod
@@ -79,14 +84,23 @@ $(VENV)/.installed-bench: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
-bench: system-deps $(VENV)/.installed-bench k8s-if-go
+bench: system-deps $(VENV)/.installed-bench go-binaries
 	$(PY) bench/suite.py --mode quick
 
-bench-full: system-deps $(VENV)/.installed-bench k8s-if-go
+bench-full: system-deps $(VENV)/.installed-bench go-binaries
 	$(PY) bench/suite.py --mode full
 
 k8s:
 	hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES)
+
+containerd:
+	hack/build-containerd.sh $(CONTAINERD_VERSION)
+
+# The real-kubelet tests against every supported kubelet, each on the runtimes it supports (not part of `make test`:
+# it builds two more kubelets and runs the tests five times); prints one table, version x test.
+test-matrix: system-deps $(VENV)/.installed-test
+	hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null
+	$(PY) hack/test_matrix.py --containerd $(CONTAINERD_VERSION) $(PYTEST_ARGS)
 
 protos: $(VENV)/.installed-test
 	$(PY) -m cri_proto.generate

@@ -1,7 +1,9 @@
 """Fixtures of the end-to-end suite: one real containerd for the suite, one real shim per test in front of it.
 
-Run alone with `make e2e` (`pytest -m e2e tests/e2e`); it also runs in `make test`. Skips with the reason
-when not root or when containerd, runc, the CNI plugins or busybox-static are missing.
+Run alone with `make e2e` (`pytest -m e2e tests/e2e`); it also runs in `make test`. Every test runs once per
+containerd release (CONTAINERD_VERSIONS: the newest 2.x that `make containerd` builds, then Debian's 1.6; ids
+`[containerd2.4.2]`, `[containerd1.6]`). Skips with the reason when not root or when containerd, runc, the CNI
+plugins or busybox-static are missing.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.support.containerd_env import RECONCILE_INTERVAL_S, running_containerd
+from tests.support.containerd_env import RECONCILE_INTERVAL_S, running_containerd, runtimes
 from tests.support.cri_client import CriClient, Kubelet, Pod
 from tests.support.daemon_env import DaemonProcess
 from tests.support.netns_env import REPO_ROOT
@@ -23,12 +25,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: end-to-end tests against a real containerd (root; `make e2e`)")
 
 
-# Package scope: one containerd for the whole e2e suite, stopped as soon as its last test is done (in
-# `make test` the rest of the suite then runs without it).
-@pytest.fixture(scope="package")
-def containerd():
+# Package scope: one containerd per release for the whole e2e suite (pytest runs every test on the first before
+# starting the second), stopped as soon as its last test is done (in `make test` the rest of the suite then runs
+# without it).
+@pytest.fixture(scope="package", params=runtimes(), ids=lambda runtime: f"containerd{runtime.version}")
+def containerd(request):
     """containerd with a private config, root, state, sockets, CNI network and the test images."""
-    with running_containerd(unavailable=pytest.skip) as env:
+    with running_containerd(unavailable=pytest.skip, runtime=request.param) as env:
         yield env
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from tests.support.containerd_session import (
-    CNI_BIN_DIR, RUNC, Session, cni_conflist, containerd_config, free_subnet, image_defs, mount_of, mounts_under,
-    unescape_mount_path, workdir_root,
+    CNI_BIN_DIR, RUNC, SHIM_SOCKET_DIR, Runtime, Session, cni_conflist, containerd_config, free_subnet, image_defs,
+    mount_of, mounts_under, runtimes_from, unescape_mount_path, workdir_root,
 )
 from tests.support.cri_client import sandbox_network
 from tests.support.oci_images import NAME_ANNOTATION, go_arch, is_static_elf, layout_tar
@@ -118,6 +118,47 @@ def test_the_containerd_config_has_every_setting_this_machine_needs():
     assert runc["runtime_type"] == "io.containerd.runc.v2"
     assert runc["options"] == {"SystemdCgroup": False, "BinaryName": RUNC, "Root": "/tmp/probe-shim-e2e-abc/runc"}
     assert cri["cni"] == {"bin_dir": CNI_BIN_DIR, "conf_dir": "/tmp/probe-shim-e2e-abc/cni/net.d", "max_conf_num": 1}
+
+
+def test_the_containerd_2_config_splits_the_cri_plugin_and_keeps_every_path_private(monkeypatch):
+    monkeypatch.setenv("CONTAINERD_CACHE_DIR", "/cache/containerd")
+    session = Session(workdir="/tmp/probe-shim-e2e-abc", token="0a1b2c", subnet="10.244.77.0/24", containerd="2.4.2")
+    text = containerd_config(session, "probe-e2e.local/pause:1")
+    config = tomllib.loads(text)
+    assert config["version"] == 3 and config["imports"] == []
+    assert (config["root"], config["state"]) == ("/tmp/probe-shim-e2e-abc/root", "/tmp/probe-shim-e2e-abc/state")
+    assert config["grpc"]["address"] == "/tmp/probe-shim-e2e-abc/containerd.sock"
+    plugins = config["plugins"]
+    assert plugins["io.containerd.cri.v1.images"]["pinned_images"] == {"sandbox": "probe-e2e.local/pause:1"}
+    runtime = plugins["io.containerd.cri.v1.runtime"]
+    assert (runtime["restrict_oom_score_adj"], runtime["netns_mounts_under_state_dir"]) == (True, True)
+    assert runtime["cni"] == {"bin_dirs": [CNI_BIN_DIR], "conf_dir": "/tmp/probe-shim-e2e-abc/cni/net.d",
+                              "max_conf_num": 1}
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    # Its own release's shim: the first one on PATH is Debian's 1.6 shim.
+    assert runc["runtime_path"] == "/cache/containerd/v2.4.2/containerd-shim-runc-v2"
+    assert runc["options"] == {"SystemdCgroup": False, "BinaryName": RUNC, "Root": "/tmp/probe-shim-e2e-abc/runc"}
+    assert plugins["io.containerd.shim.v1.manager"]["socket_dir"] == "/tmp/probe-shim-e2e-abc/s"
+    assert session.shim_socket_dir != SHIM_SOCKET_DIR and SESSION.shim_socket_dir == SHIM_SOCKET_DIR
+    # NRI is on in 2.x: its socket and plugin dirs are the session's, like every path the config names.
+    assert all(path.startswith("/tmp/probe-shim-e2e-abc/") for path in plugins["io.containerd.nri.v1.nri"].values())
+    named = [line.split('"')[1] for line in text.splitlines() if '= "/' in line]
+    assert all(path.startswith(("/tmp/probe-shim-e2e-abc/", "/cache/containerd/", CNI_BIN_DIR, RUNC))
+               for path in named), named
+
+
+def test_the_runtimes_are_the_newest_2x_then_debians_and_pair_with_the_kubelets_that_support_them(monkeypatch):
+    assert [r.version for r in runtimes_from(None)] == ["2.4.2", "1.6"]
+    assert [r.version for r in runtimes_from("1.6, 2.2.9")] == ["1.6", "2.2.9"]
+    assert [r.version for r in runtimes_from("", first_2x="2.3.1")] == ["2.3.1", "1.6"]
+    with pytest.raises(ValueError, match="CONTAINERD_VERSIONS: '1.7' is neither 1.6"):
+        runtimes_from("1.7")
+    debian, built = Runtime("1.6"), Runtime("2.4.2")
+    assert debian.bin_dir is None and debian.binary("ctr") == "ctr"
+    monkeypatch.setenv("CONTAINERD_CACHE_DIR", "/c")
+    assert built.binary("ctr") == "/c/v2.4.2/ctr"
+    assert [debian.supports_kubelet(minor) for minor in (35, 36, 37)] == [True, False, False]
+    assert [built.supports_kubelet(minor) for minor in (35, 36, 37)] == [True, True, True]
 
 
 def test_the_cni_network_is_private_to_the_session():

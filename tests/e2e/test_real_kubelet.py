@@ -59,11 +59,14 @@ GAP_S = 5                # no shim at all for this long in the SIGTERM fault
 
 
 @pytest.fixture(scope="module")
-def node(request):
+def node(containerd: ContainerdEnv):
     reason = kubelet_env.unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
-    containerd: ContainerdEnv = request.getfixturevalue("containerd")  # only once the kubelet can run
+    if not containerd.runtime.supports_kubelet(kubelet_env.kubelet_minor()):
+        pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}"
+                    " (1.35 is the last Kubernetes release that supports containerd 1.x; `make test-matrix` runs "
+                    "kubelet 1.35 on it)")
     containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
     # Under containerd's session dir, not pytest's: the suite's reaper of orphaned zygotes (tests/conftest.py)
     # must not take the workers this module's daemons hand over to each other; the session's teardown kills all.

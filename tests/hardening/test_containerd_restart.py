@@ -17,7 +17,7 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from tests.support.containerd_env import running_containerd
+from tests.support.containerd_env import running_containerd, runtimes
 from tests.support.cri_client import CriClient, Kubelet
 from tests.support.daemon_env import DaemonProcess, status, tcp_spec
 from tests.support.fault_harness import GAP_MARGIN_MS, NONE, PERIOD_MS, WAIT_S, EventLog, max_gaps_ms, report
@@ -28,10 +28,10 @@ pytestmark = pytest.mark.netns
 
 # --- containerd restarted under the shim --------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def containerd():
-    """A private real containerd (tests/support/containerd_env.py), as the e2e suite starts it."""
-    with running_containerd(unavailable=pytest.skip) as env:
+@pytest.fixture(scope="module", params=runtimes(), ids=lambda runtime: f"containerd{runtime.version}")
+def containerd(request):
+    """A private real containerd (tests/support/containerd_env.py) of each release, as the e2e suite starts it."""
+    with running_containerd(unavailable=pytest.skip, runtime=request.param) as env:
         yield env
         if env.proc.poll() is not None:  # a test failed while it was down: the teardown removes pods through it
             env.start_containerd()

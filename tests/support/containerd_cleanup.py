@@ -121,8 +121,8 @@ def clean_host(session: Session, errors: list[str]) -> None:
     step("remove cgroups", remove_cgroups)
 
     def remove_shim_sockets() -> None:
-        if not SHIM_SOCKET_DIR.is_dir():
-            return
+        if session.shim_socket_dir != SHIM_SOCKET_DIR or not SHIM_SOCKET_DIR.is_dir():
+            return  # containerd 2.x: they are under the session's own directory
         ids_file = Path(session.path("shim-ids.json"))
         ids = json.loads(ids_file.read_text()) if ids_file.exists() else []
         for shim_id in ids:

@@ -1,7 +1,7 @@
 """A private, real containerd for end-to-end tests: the process, its readiness, its pods' configs, its teardown.
 
-Owns: whether this machine can run one (Debian's containerd, runc, CNI plugins and busybox-static; it installs
-nothing); creating a session (tests/support/containerd_session.py names it) and starting containerd on its private
+Owns: whether this machine can run one (Debian's containerd 1.6 or a containerd 2.x that hack/build-containerd.sh
+built, Debian's runc, CNI plugins and busybox-static; it installs nothing); creating a session (tests/support/containerd_session.py names it) and starting containerd on its private
 config, waiting (bounded) until its CRI reports RuntimeReady and NetworkReady; importing the test images
 (tests/support/oci_images.py); the sandbox and container configs the kubelet would send; restarting containerd
 alone (tests/hardening/test_containerd_restart.py); and a teardown that runs every step even when one fails: pod
@@ -32,15 +32,15 @@ from tests.support.containerd_cleanup import clean_host, recorded_sessions, sess
     sweep_stale_sessions
 from tests.support.containerd_session import (
     CNI_BIN_DIR, CNI_PLUGINS, CNI_RESULTS_DIR, HTTP_PORT, K8S_NAMESPACE, RUNC, SESSION_DIR_PREFIX, SESSION_FILE,
-    SHIM_SOCKET_DIR, WORKDIR_ROOTS, Session, TestImages, cni_conflist, containerd_config, free_subnet, image_defs,
-    workdir_root,
+    SHIM_SOCKET_DIR, WORKDIR_ROOTS, Runtime, Session, TestImages, cni_conflist, containerd_config, free_subnet,
+    image_defs, runtimes_from, workdir_root,
 )
 from tests.support.cri_client import CriClient, Kubelet, cri_channel
 from tests.support.oci_images import is_static_elf, write_layout
 
 # Imported from here by bench/ (bench/proxy_latency.py, bench/suite.py, bench/node.py).
-__all__ = ["HTTP_PORT", "ContainerdEnv", "CriClient", "Kubelet", "cri_channel", "running_containerd",
-           "sweep_stale_sessions", "unavailable_reason"]
+__all__ = ["HTTP_PORT", "ContainerdEnv", "CriClient", "Kubelet", "Runtime", "cri_channel", "default_runtime",
+           "running_containerd", "runtimes", "sweep_stale_sessions", "unavailable_reason"]
 
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 START_TIMEOUT_S = 60.0       # containerd up and its CRI ready; ~1 s when the machine is busy
@@ -48,11 +48,28 @@ STOP_TIMEOUT_S = 20.0
 RECONCILE_INTERVAL_S = 0.5  # the shim's --reconcile-interval in the end-to-end tests
 
 
-def unavailable_reason() -> str | None:
-    """Why the containerd end-to-end tests cannot run here, or None."""
+def runtimes() -> list[Runtime]:
+    """The containerd releases the containerd tests run on (CONTAINERD_VERSIONS; else CONTAINERD_VERSION or the
+    newest 2.x, then 1.6)."""
+    return runtimes_from(os.environ.get("CONTAINERD_VERSIONS"), os.environ.get("CONTAINERD_VERSION"))
+
+
+def default_runtime() -> Runtime:
+    """The first of them: the runtime of the benchmark and of tests that need only one."""
+    return runtimes()[0]
+
+
+def unavailable_reason(runtime: Runtime | None = None) -> str | None:
+    """Why the containerd end-to-end tests cannot run here on runtime (default_runtime()), or None."""
+    runtime = runtime or default_runtime()
     if os.geteuid() != 0:
         return "needs root to run containerd"
-    tools = ("containerd", "ctr", "containerd-shim-runc-v2", "nsenter", "ip")
+    if runtime.bin_dir is not None:
+        built = [runtime.bin_dir / name for name in ("containerd", "containerd-shim-runc-v2", "ctr")]
+        if not all(os.access(path, os.X_OK) for path in built):
+            return (f"needs containerd {runtime.version}: none in {runtime.bin_dir}; `make containerd` builds it "
+                    "(Go and the Go module proxy)")
+    tools = ("nsenter", "ip") if runtime.bin_dir else ("containerd", "ctr", "containerd-shim-runc-v2", "nsenter", "ip")
     missing = [tool for tool in tools if not shutil.which(tool)]
     if not os.access(RUNC, os.X_OK):
         missing.append(RUNC)
@@ -86,19 +103,25 @@ class ContainerdEnv:
     _shim_ids: set[str] = field(default_factory=set)
 
     @classmethod
-    def create(cls) -> "ContainerdEnv":
+    def create(cls, runtime: Runtime) -> "ContainerdEnv":
         root = workdir_root(WORKDIR_ROOTS, Path("/proc/self/mountinfo").read_text())
-        new_dirs = [str(d) for d in (SHIM_SOCKET_DIR, SHIM_SOCKET_DIR.parent, CNI_RESULTS_DIR, CNI_RESULTS_DIR.parent)
-                    if not d.exists()]
+        host_dirs = (CNI_RESULTS_DIR, CNI_RESULTS_DIR.parent)
+        if runtime.major < 2:  # 2.x is told to keep its shims' sockets in the session's directory
+            host_dirs += (SHIM_SOCKET_DIR, SHIM_SOCKET_DIR.parent)
+        new_dirs = [str(d) for d in host_dirs if not d.exists()]
         with sessions_lock():
             routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True,
                                     check=True, timeout=30).stdout
             claimed = [s.subnet for s in recorded_sessions(WORKDIR_ROOTS) if session_alive(s)]
             workdir = tempfile.mkdtemp(prefix=SESSION_DIR_PREFIX, dir=root)
             session = Session(workdir=workdir, token=secrets.token_hex(3), subnet=free_subnet(routes, claimed),
-                              new_host_dirs=new_dirs)
+                              new_host_dirs=new_dirs, containerd=runtime.version)
             Path(session.path(SESSION_FILE)).write_text(json.dumps(asdict(session)))
         return cls(session=session, busybox=find_static_busybox() or BUSYBOX_CANDIDATES[0])
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.session.runtime
 
     @property
     def endpoint(self) -> str:
@@ -132,7 +155,7 @@ class ContainerdEnv:
 
     def _spawn(self) -> None:
         with open(self.session.path("containerd.log"), "ab") as log:
-            self.proc = subprocess.Popen(["containerd", "--config", self.session.path("config.toml")],
+            self.proc = subprocess.Popen([self.runtime.binary("containerd"), "--config", self.session.path("config.toml")],
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if self._channel is not None:
             self._channel.close()  # a fresh connection: the old one may be in reconnect backoff
@@ -153,7 +176,7 @@ class ContainerdEnv:
         self._wait_ready()
 
     def _ctr(self, *args: str) -> str:
-        done = subprocess.run(["ctr", "-a", self.session.address, "-n", K8S_NAMESPACE, *args],
+        done = subprocess.run([self.runtime.binary("ctr"), "-a", self.session.address, "-n", K8S_NAMESPACE, *args],
                               capture_output=True, text=True, timeout=START_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"ctr {' '.join(args)} failed: {done.stderr.strip()}\n{self.log_tail()}")
@@ -276,16 +299,18 @@ class ContainerdEnv:
 
 
 @contextlib.contextmanager
-def running_containerd(unavailable: Callable[[str], NoReturn]) -> Iterator[ContainerdEnv]:
+def running_containerd(unavailable: Callable[[str], NoReturn], runtime: Runtime | None = None
+                       ) -> Iterator[ContainerdEnv]:
     """A started private containerd, stopped on exit; fails the caller (an assertion) if the teardown left
     anything behind. Sweeps the leftovers of killed sessions first: their bridges and subnets would collide.
     Calls unavailable(reason) when this machine cannot run one (tests pass pytest.skip: this module stays free
     of pytest, the benchmarks import it)."""
-    reason = unavailable_reason()
+    runtime = runtime or default_runtime()
+    reason = unavailable_reason(runtime)
     if reason is not None:
         unavailable(reason)
     sweep_stale_sessions()
-    env = ContainerdEnv.create()
+    env = ContainerdEnv.create(runtime)
     try:
         env.start()
     except BaseException:

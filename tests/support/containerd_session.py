@@ -1,8 +1,9 @@
 """The names and configuration texts of one private containerd session for the end-to-end tests (pure).
 
-Owns: where Debian's containerd, runc and CNI plugins are; the per-session names (network, bridge, cgroup parent,
+Owns: which containerd a session runs (Debian's 1.6, or a 2.x release that hack/build-containerd.sh builds, and
+the kubelet releases each supports); where Debian's runc and CNI plugins are; the per-session names (network, bridge, cgroup parent,
 subnet: a stale session killed with SIGKILL can neither collide with nor be confused with a live one); the private
-containerd config (every setting ../shared/containerd-notes.md says this machine needs) and the CNI conflist; the
+containerd config in each runtime's format (every setting ../shared/containerd-notes.md says this machine needs) and the CNI conflist; the
 test images' definitions (built by tests/support/oci_images.py); and the pure readings of the host the session needs
 (mountinfo, routes). No I/O beyond reading /proc: tests/e2e/test_fixture_logic.py tests all of it without root.
 The process is tests/support/containerd_env.py, the cleanup tests/support/containerd_cleanup.py.
@@ -32,6 +33,8 @@ SESSION_DIR_PREFIX = "probe-shim-e2e-"
 SESSION_FILE = "session.json"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 HTTP_PORT, TCP_PORT = 8080, 9000
+DEBIAN_CONTAINERD = "1.6"      # Debian 12's containerd 1.6.20, on PATH
+DEFAULT_CONTAINERD = "2.4.2"   # the newest 2.x on the module proxy: what the tests run first
 UNSTACKABLE_FS = ("overlay", "aufs")           # overlayfs cannot put its upper dir on these
 WORKDIR_ROOTS = (tempfile.gettempdir(), "/var/tmp", "/dev/shm")
 
@@ -43,6 +46,48 @@ def start_ticks(pid: int) -> int:
     except OSError:
         return 0
     return 0 if fields[0] in ("Z", "X") else int(fields[19])  # state, ..., starttime (field 22 of stat)
+
+
+# --- pure: which containerd ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Runtime:
+    """One containerd the tests can run: Debian's 1.6 (on PATH) or a 2.x release from the build cache."""
+    version: str          # DEBIAN_CONTAINERD, or a 2.x release such as "2.4.2"
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def bin_dir(self) -> Path | None:
+        """Where its containerd, containerd-shim-runc-v2 and ctr are; None: Debian's, on PATH."""
+        if self.major < 2:
+            return None
+        cache = os.environ.get("CONTAINERD_CACHE_DIR") or Path(
+            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cri-probe-shim" / "containerd"
+        return Path(cache) / f"v{self.version}"
+
+    def binary(self, name: str) -> str:
+        return name if self.bin_dir is None else str(self.bin_dir / name)
+
+    def supports_kubelet(self, kubelet_minor: int) -> bool:
+        """Kubernetes 1.35 is the last release that supports containerd 1.x."""
+        return self.major >= 2 or kubelet_minor <= 35
+
+
+def runtimes_from(text: str | None, first_2x: str | None = None) -> list[Runtime]:
+    """The runtimes the containerd tests run on, in order (CONTAINERD_VERSIONS: space or comma separated,
+    e.g. "2.4.2 1.6"); by default a 2.x first (CONTAINERD_VERSION, the one `make containerd` builds, else the newest),
+    then Debian's 1.6."""
+    names = (text or f"{first_2x or DEFAULT_CONTAINERD} {DEBIAN_CONTAINERD}").replace(",", " ").split()
+    runtimes = []
+    for name in names:
+        if not re.fullmatch(r"1\.6|2\.\d+\.\d+", name):
+            raise ValueError(f"CONTAINERD_VERSIONS: {name!r} is neither {DEBIAN_CONTAINERD} (Debian's) "
+                             "nor a containerd 2.x release such as 2.4.2")
+        runtimes.append(Runtime(name))
+    return runtimes
 
 
 # --- pure: names, config texts -------------------------------------------------------------
@@ -57,6 +102,11 @@ class Session:
     owner_started: int = field(default_factory=lambda: start_ticks(os.getpid()))  # tells a reused pid apart
     # Host directories containerd or libcni will create that did not exist before: removed when empty.
     new_host_dirs: list[str] = field(default_factory=list)
+    containerd: str = DEBIAN_CONTAINERD   # Runtime.version
+
+    @property
+    def runtime(self) -> Runtime:
+        return Runtime(self.containerd)
 
     @property
     def network(self) -> str:
@@ -79,7 +129,12 @@ class Session:
 
     @property
     def netns_dir(self) -> str:
-        return self.path("state", "io.containerd.grpc.v1.cri", "netns")
+        return self.path("state", "io.containerd.grpc.v1.cri", "netns")  # the CRI plugin's state dir in 2.x too
+
+    @property
+    def shim_socket_dir(self) -> Path:
+        """Where the runc shims' sockets are: 1.6 always puts them in /run/containerd/s, 2.x where told."""
+        return SHIM_SOCKET_DIR if self.runtime.major < 2 else Path(self.path("s"))
 
 
 @dataclass(frozen=True)
@@ -103,6 +158,10 @@ def image_defs(token: str) -> list[ImageDef]:
 
 
 def containerd_config(session: Session, sandbox_image: str) -> str:
+    """The session's config in its runtime's format: version 2 for 1.6, version 3 for 2.x (which 2.x releases
+    with a newer format migrate on load)."""
+    if session.runtime.major >= 2:
+        return containerd2_config(session, sandbox_image)
     s = session
     return f"""\
 version = 2
@@ -160,6 +219,93 @@ disabled_plugins = [
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{s.path('cni', 'net.d')}"
   max_conf_num = 1
+"""
+
+
+def containerd2_config(session: Session, sandbox_image: str) -> str:
+    """containerd 2.x: the CRI plugin is split in three (images, runtime, and the gRPC server), the sandbox image is
+    a pinned image, CNI takes a list of bin dirs; NRI is on by default, so its socket and plugin dirs are made
+    private; the shim manager is told where the shims' sockets go (no /run/containerd/s), and the runc runtime its own
+release's shim (else the first containerd-shim-runc-v2 on PATH, Debian's 1.6 one, which 2.x cannot start)."""
+    s = session
+    return f"""\
+version = 3
+root = "{s.path('root')}"
+state = "{s.path('state')}"
+oom_score = 0
+imports = []
+disabled_plugins = [
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.snapshotter.v1.blockfile",
+]
+
+[grpc]
+  address = "{s.address}"
+  max_recv_message_size = {MAX_MESSAGE_BYTES}
+  max_send_message_size = {MAX_MESSAGE_BYTES}
+
+[ttrpc]
+  address = "{s.path('containerd.sock.ttrpc')}"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{s.path('opt')}"
+
+[plugins."io.containerd.shim.v1.manager"]
+  socket_dir = "{s.shim_socket_dir}"
+
+[plugins."io.containerd.nri.v1.nri"]
+  socket_path = "{s.path('nri', 'nri.sock')}"
+  plugin_path = "{s.path('nri', 'plugins')}"
+  plugin_config_path = "{s.path('nri', 'conf.d')}"
+
+[plugins."io.containerd.image-verifier.v1.bindir"]
+  bin_dir = "{s.path('opt', 'image-verifier')}"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{sandbox_image}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  runtime_path = "{s.runtime.binary('containerd-shim-runc-v2')}"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  BinaryName = "{RUNC}"
+  Root = "{s.path('runc')}"
+
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["{CNI_BIN_DIR}"]
+  conf_dir = "{s.path('cni', 'net.d')}"
+  max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 """
 
 

@@ -35,7 +35,7 @@ from tests.support.kubelet_views import POLL_S, PodView, ReadinessRecorder, pod_
 # Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.
 __all__ = ["KUBELET_VERSION", "NODE_NAME", "POLL_S", "KubeletPorts", "KubeletProcess", "ReadinessRecorder",
            "crictl_binary", "free_ports", "kubelet_config", "pod_views", "probe_counts", "readiness_changes",
-           "running_kubelet", "unavailable_reason"]
+           "kubelet_minor", "running_kubelet", "unavailable_reason"]
 
 DEFAULT_KUBERNETES_VERSION = "1.37.2"  # what `make k8s` builds and the tests run by default (the newest release)
 NODE_NAME = "node1"              # --hostname-override: static pods are named NAME-node1
@@ -65,6 +65,11 @@ mount --bind "$dir/private/var-lib" /var/lib
 mount --bind "$dir/private/var-log" /var/log
 exec "$kubelet" "$@"
 """
+
+
+def kubelet_minor() -> int:
+    """The minor version of the kubelet the tests run (KUBELET_VERSION): 37 for v1.37.2."""
+    return int(KUBELET_VERSION.split(".")[1])
 
 
 def kubernetes_build_dir() -> Path:
