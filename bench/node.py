@@ -223,7 +223,8 @@ def run(params: NodeParams) -> dict:
         return {"skipped": str(exc)}
     for phase in PROBED:
         phases[phase]["per_probe_ms"] = per_probe_ms(phases[phase], phases["none"])
-    return {"pods": params.pods, "period_s": 1, "kubelet": kubelet_env.KUBELET_VERSION, "phases": phases}
+    return {"pods": params.pods, "period_s": 1, "kubelet": kubelet_env.KUBELET_VERSION,
+            "containerd": containerd.runtime.version, "phases": phases}
 
 
 class _Unavailable(Exception):

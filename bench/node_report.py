@@ -79,6 +79,9 @@ def details(node: dict | None) -> str:
                  for r in ROLE_TITLES]
         body.append([name, f"{p['probes_per_s']:.1f}", results, f"{p['ready_s']:.1f} s", *cells])
     probed = ", ".join(PROBED)
-    return (f"node: {node['pods']} static pods under a real kubelet {node['kubelet']}, one readiness probe each at "
+    # Results recorded before the runtime was named ran on Debian's containerd 1.6.
+    runtime = node.get("containerd", "1.6")
+    return (f"node: {node['pods']} static pods under a real kubelet {node['kubelet']} on containerd {runtime}, one "
+            "readiness probe each at "
             f"{node['period_s']} s: CPU ms per second over each phase's window (in brackets: ms per probe above the "
             f"'none' phase, for {probed})\n" + table(header, body))

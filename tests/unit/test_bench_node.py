@@ -101,6 +101,8 @@ def test_without_a_kubelet_every_row_says_why():
 def test_the_table_has_a_line_per_phase():
     text = node_report.details(measured())
     lines = text.splitlines()
-    assert lines[0].startswith("node: 30 static pods under a real kubelet v1.32.10")
+    assert lines[0].startswith("node: 30 static pods under a real kubelet v1.32.10 on containerd 1.6, one")
+    renamed = node_report.details({**measured(), "kubelet": "v1.37.2", "containerd": "2.4.2"}).splitlines()[0]
+    assert renamed.startswith("node: 30 static pods under a real kubelet v1.37.2 on containerd 2.4.2, one")
     assert [line.split()[0] for line in lines[3:]] == list(node.PHASES)
     assert "130.0 (3.33)" in lines[-1]  # the bridged node: ms per second, and per probe above none
