@@ -7,13 +7,15 @@
 # k8s.io/kubernetes@vVERSION is built as a module, as every project that builds from it does: its staging modules
 # (k8s.io/api, k8s.io/apimachinery, ...) are replaced by their published v0.MINOR.PATCH versions, read from its
 # own go.mod. The upstream version is stamped as hack/lib/version.sh stamps it (`kubelet --version` says
-# "Kubernetes vVERSION"). crictl comes from sigs.k8s.io/cri-tools (CRICTL_VERSION, the newest the proxy serves
-# for the minor if unset: see below).
+# "Kubernetes vVERSION"); both are hack/lib/kubernetes-module.sh's. crictl comes from sigs.k8s.io/cri-tools
+# (CRICTL_VERSION, the newest the proxy serves for the minor if unset: see below).
 #
 # Binaries go to a cache outside the work tree, keyed by version: $K8S_CACHE_DIR (default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/kubernetes)/vVERSION/BINARY. One already there is not built again.
 # The script prints that directory last. Go and the module proxy are all it needs.
 set -euo pipefail
+# shellcheck source=hack/lib/kubernetes-module.sh
+. "$(dirname "$0")/lib/kubernetes-module.sh"
 
 version=${1:?usage: hack/build-kubernetes.sh VERSION [BINARY ...] (e.g. 1.37.2 kubelet crictl)}
 shift
@@ -23,7 +25,6 @@ case $version in
   [0-9]*.[0-9]*.[0-9]*) ;;
   *) echo "hack/build-kubernetes.sh: VERSION is MAJOR.MINOR.PATCH without a v, e.g. 1.37.2: not '$version'" >&2; exit 1 ;;
 esac
-major=${version%%.*}
 minor=${version#*.}; minor=${minor%%.*}
 cache=${K8S_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/kubernetes}
 out=$cache/v$version
@@ -43,23 +44,7 @@ kubernetes_module() {
   [ -f "$dir/go.mod" ] && return
   mkdir -p "$dir"
   (cd "$dir" && go mod init cri-probe-shim.local/build-kubernetes >/dev/null 2>&1)
-  local modfile
-  modfile=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$version" |
-            sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  {
-    echo "require k8s.io/kubernetes v$version"
-    echo "replace ("
-    sed -n "s#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 v0.$minor.${version##*.}#p" "$modfile"
-    echo ")"
-  } >>"$dir/go.mod"
-}
-
-stamp() {
-  local pkg
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    printf -- '-X %s.gitVersion=v%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean ' \
-      "$pkg" "$version" "$pkg" "$major" "$pkg" "$minor" "$pkg"
-  done
+  (cd "$dir" && kubernetes_requirements "$version") >>"$dir/go.mod"
 }
 
 for binary in "${binaries[@]}"; do
@@ -71,8 +56,8 @@ for binary in "${binaries[@]}"; do
   case $binary in
     kubelet|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
       kubernetes_module
-      (cd "$work/kubernetes" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w $(stamp)" \
-        -o "$out/$binary.partial" "k8s.io/kubernetes/cmd/$binary")
+      (cd "$work/kubernetes" && CGO_ENABLED=0 go build -mod=mod -trimpath \
+        -ldflags "-s -w $(kubernetes_version_ldflags "$version")" -o "$out/$binary.partial" "k8s.io/kubernetes/cmd/$binary")
       ;;
     crictl)
       mkdir -p "$work/crictl"
