@@ -16,7 +16,7 @@ from probe_api.rollout import CONVERT_LABEL
 from tests.support.netns_env import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"
-KUBERNETES_VERSION = "1.32"  # the kubelet the project is written against
+KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")  # the supported releases (the tests' kubelet is 1.37.2)
 
 
 def kustomization() -> dict:
@@ -41,10 +41,11 @@ def test_the_kustomization_lists_every_manifest_and_sets_the_namespace():
     assert k["namespace"] == "probe-shim-system"
 
 
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("resource", kustomization()["resources"])
-def test_every_document_is_valid_against_the_kubernetes_schema(resource):
+def test_every_document_is_valid_against_the_kubernetes_schema(resource, version):
     for document in yaml.safe_load_all((DEPLOY / resource).read_text()):
-        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(document, version, strict=True)
 
 
 def test_the_webhook_calls_the_service_that_reaches_the_deployments_port():
