@@ -1,22 +1,10 @@
-"""What the bridge answers a marker ExecSync (shim/bridge/answer.py), and what today's kubelet makes of it.
+"""What the bridge answers a marker ExecSync (shim/bridge/answer.py), and what kubelet 1.37 makes of it.
 
-Each case checks both sides: the answer itself, and the verdict of tests/support/kubelet_exec_model.py, the tests' stand-in
-for the kubelet's exec prober and exec hook runner. The model is checked here too, against the Go rules it mirrors:
-
-- cri-client remote_runtime.go execSyncV1:
-      if status.Code(err) == codes.DeadlineExceeded {
-          err = fmt.Errorf("%w: %q timed out after %s", ErrCommandTimedOut, strings.Join(cmd, " "), timeout) }
-      ...
-      if resp.ExitCode != 0 { err = utilexec.CodeExitError{Err: fmt.Errorf("command '%s' exited with %d: %s",
-          strings.Join(cmd, " "), resp.ExitCode, resp.Stderr), Code: int(resp.ExitCode)} }
-- kuberuntime RunInContainer: `return append(stdout, stderr...), err`
-- pkg/probe/exec exec.go Probe: `maxReadLength = 10 * 1 << 10`; an ExitError with ExitStatus() == 0 is
-  `probe.Success, string(data)`, any other exit status `probe.Failure, string(data)`; a timeout is
-  `probe.Failure, timeoutErr.Error()` ("When exec probe timeout, data is empty, so we should return
-  timeoutErr.Error() as the stdout"); anything else `probe.Unknown, "", err`, which prober.probe logs as
-  "Probe errored" and worker.doProbe throws away ("Prober error, throw away the result").
-- pkg/kubelet/lifecycle/handlers.go Run: `output, err := hr.commandRunner.RunInContainer(ctx, containerID,
-  handler.Exec.Command, 0)`; any err fails the hook with that error's text.
+Each case checks both sides: the answer itself, and what tests/support/kubelet_exec_model.py, the tests' stand-in for
+kubelet 1.37's exec prober and exec hook runner, makes of it: the verdict, whether it is counted or thrown away, the
+Unhealthy event, how many ExecSyncs a period sends, a hook's error and message. The model itself is checked against
+the Go source in tests/unit/test_kubelet_exec_model.py; tests/e2e/test_real_kubelet_answers.py reads the same texts
+in a real kubelet's log.
 Pure: no sockets.
 """
 
@@ -30,28 +18,16 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.bridge_command import command_for
-from probe_api.gostrings import go_duration, go_quote
 from shim.bridge import answer
-from tests.support.kubelet_exec_model import MAX_READ_LENGTH, ProbeVerdict, hook_error, probe_verdict
+from tests.support.kubelet_exec_model import (
+    MAX_PROBE_RETRIES, MAX_READ_LENGTH, ProbeVerdict, StatusError, hook_error, hook_message, pod_desc, probe_event,
+    probe_period, probe_verdict,
+)
 
 PROBE_CMD = command_for("readiness", {"httpGet": {"path": "/healthz", "port": 8080}})
 HOOK_CMD = command_for("preStop", {"httpGet": {"path": "/stop", "port": 8080}})
 PROBE_TIMEOUT_S = 1  # timeoutSeconds, which the kubelet sends as ExecSync's timeout
 REFUSED = 'Get "http://10.0.0.7:8080/stop": dial tcp 10.0.0.7:8080: connect: connection refused'
-
-
-class StatusError(grpc.RpcError):
-    """An error status as the kubelet's gRPC client hands it back (a status.Error)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 def on_the_wire(result: answer.Answer) -> cri_pb.ExecSyncResponse | StatusError:
@@ -63,6 +39,12 @@ def on_the_wire(result: answer.Answer) -> cri_pb.ExecSyncResponse | StatusError:
 
 def kubelet_probe(result: answer.Answer) -> ProbeVerdict:
     return probe_verdict(PROBE_CMD, PROBE_TIMEOUT_S, on_the_wire(result))
+
+
+def kubelet_period(result: answer.Answer) -> tuple[ProbeVerdict, int]:
+    """One period of the kubelet's probe when the bridge answers every ExecSync alike: the verdict, and how many
+    ExecSyncs the period sent (runProbeWithRetries asks again after an error)."""
+    return probe_period(PROBE_CMD, PROBE_TIMEOUT_S, lambda: on_the_wire(result))
 
 
 def kubelet_hook(result: answer.Answer) -> str | None:
@@ -116,9 +98,13 @@ def test_probe_answers_and_the_kubelets_verdict(case):
     assert isinstance(case.result, cri_pb.ExecSyncResponse)
     assert (case.result.exit_code, case.result.stdout, case.result.stderr) == (case.exit_code, case.stdout,
                                                                                case.stderr)
-    verdict = kubelet_probe(case.result)
+    verdict, sent = kubelet_period(case.result)
     assert (verdict.result, verdict.output) == case.verdict
-    assert not verdict.discarded
+    assert not verdict.discarded and sent == 1
+    result, output = case.verdict
+    assert verdict.counted == {"success": "successful", "failure": "failed"}[result]
+    # The event `kubectl describe` shows: none for a success, the output after "Readiness probe failed: ".
+    assert probe_event("Readiness", verdict) == (None if result == "success" else f"Readiness probe failed: {output}")
 
 
 @pytest.mark.parametrize("output, details", [
@@ -130,9 +116,13 @@ def test_an_unknown_attempt_is_an_unknown_status_the_kubelet_discards(output, de
     # keeps the previous one, so the bridge answers with an error status, which the kubelet treats the same.
     result = answer.attempt_answer(attempt(spec_pb.RESULT_UNKNOWN, output), hook=False)
     assert result == answer.StatusAnswer(grpc.StatusCode.UNKNOWN, details)
-    verdict = kubelet_probe(result)
+    verdict, sent = kubelet_period(result)
     assert verdict == ProbeVerdict("unknown", "", f"rpc error: code = Unknown desc = {details}")
-    assert verdict.discarded
+    assert verdict.discarded and verdict.counted is None
+    # The kubelet asks three times in the period, as it retries its own prober's errors.
+    assert sent == MAX_PROBE_RETRIES == 3
+    assert probe_event("Readiness", verdict) == (
+        f"Readiness probe errored and resulted in unknown state: rpc error: code = Unknown desc = {details}")
 
 
 def test_a_host_network_pod_is_a_failed_precondition_the_kubelet_discards_never_a_counted_failure():
@@ -141,9 +131,10 @@ def test_a_host_network_pod_is_a_failed_precondition_the_kubelet_discards_never_
     reason = "pod sandbox sb-1 uses the node's network namespace (hostNetwork): cri-probe-shim never probes ..."
     result = answer.host_network(reason)
     assert result == answer.StatusAnswer(grpc.StatusCode.FAILED_PRECONDITION, f"cri-probe-shim: {reason}")
-    verdict = kubelet_probe(result)
-    assert verdict.discarded and verdict.result == "unknown"
+    verdict, sent = kubelet_period(result)
+    assert verdict.discarded and verdict.result == "unknown" and sent == 3
     assert verdict.error == f"rpc error: code = FailedPrecondition desc = cri-probe-shim: {reason}"
+    assert probe_event("Liveness", verdict) == f"Liveness probe errored and resulted in unknown state: {verdict.error}"
 
 
 def test_an_unknown_container_is_left_to_the_runtime():
@@ -157,11 +148,13 @@ def test_an_unknown_container_is_left_to_the_runtime():
 def test_no_answer_in_time_is_deadline_exceeded_which_the_kubelet_reads_as_a_timed_out_command(budget_s, details):
     result = answer.timed_out(budget_s)
     assert result == answer.StatusAnswer(grpc.StatusCode.DEADLINE_EXCEEDED, details)
-    verdict = kubelet_probe(result)
-    # A failure, as for a command that outlived its timeout; the text is the kubelet's own, not the details.
-    assert verdict.result == "failure" and not verdict.discarded
+    verdict, sent = kubelet_period(result)
+    # A counted failure, as for a command that outlived its timeout (no ExecProbeTimeout gate in 1.37); the text
+    # is the kubelet's own, not the details; no retry, since it is not an error.
+    assert (verdict.result, verdict.counted, sent) == ("failure", "failed", 1)
     assert verdict.output.startswith("command timed out: ") and verdict.output.endswith(" timed out after 1s")
     assert "no answer within" not in verdict.output
+    assert probe_event("Readiness", verdict) == f"Readiness probe failed: {verdict.output}"
 
 
 # ---------------------------------------------------------------- the table, for a hook
@@ -181,6 +174,17 @@ def test_hook_answers_and_the_kubelets_hook_error(result, exit_code, error):
     else:
         assert (response.stdout, response.stderr) == (REFUSED.encode(), b"")
     assert kubelet_hook(response) == error
+
+
+def test_a_failed_hooks_message_names_the_error_twice_as_the_kubelet_writes_it():
+    # handlers.go Run: "... failed - error: <err>, message: <output %q>"; err carries stderr, output is stdout +
+    # stderr, so the text is in both. On stdout alone, "PreStop hook failed" (logged with err only) would not say why.
+    response = answer.attempt_answer(attempt(spec_pb.RESULT_FAILURE, REFUSED), hook=True)
+    message = hook_message(HOOK_CMD, "web", pod_desc("shop-node1", "default", "77da"), on_the_wire(response))
+    assert message == (
+        f"Exec lifecycle hook ([{' '.join(HOOK_CMD)}]) for Container \"web\" in Pod \"shop-node1_default(77da)\" "
+        f"failed - error: command '{' '.join(HOOK_CMD)}' exited with 1: {REFUSED}, message: "
+        '"Get \\"http://10.0.0.7:8080/stop\\": dial tcp 10.0.0.7:8080: connect: connection refused"')
 
 
 def test_a_failed_probe_keeps_its_output_on_stdout_and_a_failed_hook_on_stderr():
@@ -257,80 +261,3 @@ def test_the_details_of_an_unknown_status_are_bounded_like_every_output():
 ])
 def test_exit_code_of_labels_each_answer(result, label):
     assert answer.exit_code_of(result) == label
-
-
-# ---------------------------------------------------------------- the kubelet model follows pkg/probe/exec
-
-
-def response(exit_code: int, stdout: bytes = b"", stderr: bytes = b"") -> cri_pb.ExecSyncResponse:
-    return cri_pb.ExecSyncResponse(exit_code=exit_code, stdout=stdout, stderr=stderr)
-
-
-def test_model_exit_code_zero_is_success_with_stdout_then_stderr():
-    # RunInContainer: append(stdout, stderr...)
-    assert probe_verdict(["x"], 1, response(0, b"out ", b"err")) == ProbeVerdict("success", "out err")
-
-
-@pytest.mark.parametrize("exit_code", [1, 2, 126, 127, 137, -1])
-def test_model_any_other_exit_code_is_failure_with_the_output(exit_code):
-    assert probe_verdict(["x"], 1, response(exit_code, b"o", b"e")) == ProbeVerdict("failure", "oe")
-
-
-def test_model_keeps_10_kib_of_stdout_and_stderr_together():
-    verdict = probe_verdict(["x"], 1, response(1, b"a" * 8192, b"b" * 8192))
-    assert verdict.output == "a" * 8192 + "b" * 2048
-
-
-def test_model_deadline_exceeded_is_a_failure_whose_output_is_the_timeout_error():
-    verdict = probe_verdict(["cat", "/tmp/healthy"], 5, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "ignored"))
-    assert verdict == ProbeVerdict("failure", 'command timed out: "cat /tmp/healthy" timed out after 5s')
-    assert not verdict.discarded
-
-
-OTHER_CODES = [code for code in grpc.StatusCode
-               if code not in (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)]
-GO_NAMES = {grpc.StatusCode.UNKNOWN: "Unknown", grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
-            grpc.StatusCode.NOT_FOUND: "NotFound", grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
-            grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied", grpc.StatusCode.RESOURCE_EXHAUSTED:
-            "ResourceExhausted", grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
-            grpc.StatusCode.ABORTED: "Aborted", grpc.StatusCode.OUT_OF_RANGE: "OutOfRange",
-            grpc.StatusCode.UNIMPLEMENTED: "Unimplemented", grpc.StatusCode.INTERNAL: "Internal",
-            grpc.StatusCode.UNAVAILABLE: "Unavailable", grpc.StatusCode.DATA_LOSS: "DataLoss",
-            grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated", grpc.StatusCode.CANCELLED: "Canceled"}
-
-
-@pytest.mark.parametrize("code", OTHER_CODES, ids=[code.name for code in OTHER_CODES])
-def test_model_any_other_status_is_unknown_and_discarded(code):
-    # grpc-go codes.Code.String() names, as in "rpc error: code = NotFound desc = ..."
-    verdict = probe_verdict(["x"], 1, StatusError(code, "why"))
-    assert verdict == ProbeVerdict("unknown", "", f"rpc error: code = {GO_NAMES[code]} desc = why")
-    assert verdict.discarded
-
-
-def test_model_a_hook_fails_on_any_non_zero_exit_with_stderr_only():
-    assert hook_error(["x"], response(0, b"out", b"err")) is None
-    assert hook_error(["/bin/stop", "now"], response(3, b"out", b"err")) == "command '/bin/stop now' exited with 3: err"
-    assert hook_error(["x"], StatusError(grpc.StatusCode.NOT_FOUND, "gone")) == "rpc error: code = NotFound desc = gone"
-
-
-def test_model_quotes_the_timed_out_command_with_go_q():
-    verdict = probe_verdict(PROBE_CMD, 1, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, ""))
-    assert verdict.output == f"command timed out: {go_quote(' '.join(PROBE_CMD))} timed out after 1s"
-    assert '{\\"httpGet\\":' in verdict.output
-
-
-def test_model_prints_the_timeout_as_a_go_duration():
-    verdict = probe_verdict(["x"], 90, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, ""))
-    assert verdict.output == f'command timed out: "x" timed out after {go_duration(90 * 10**9)}'  # 1m30s
-
-
-def test_model_a_hook_that_timed_out_fails_with_the_timeout_error():
-    # The bridge does answer a hook with DEADLINE_EXCEEDED (answer.timed_out after hook_timeout_s); the kubelet
-    # passes a hook no timeout, so it prints 0s.
-    error = hook_error(["x"], StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "cri-probe-shim: no answer within 32s"))
-    assert error == 'command timed out: "x" timed out after 0s'
-
-
-def test_model_names_cancelled_as_grpc_go_does():
-    verdict = probe_verdict(["x"], 1, StatusError(grpc.StatusCode.CANCELLED, "why"))
-    assert verdict.error == "rpc error: code = Canceled desc = why"
