@@ -1,17 +1,23 @@
 """What the shim answers a marker ExecSync, so that the kubelet reads it as it reads its own network prober.
 
-The kubelet's side of an exec probe (pkg/kubelet/prober/prober.go -> kuberuntime RunInContainer -> cri-client
-ExecSync, then pkg/probe/exec): output = stdout + stderr (10 KiB at most); exit code 0 = success, any other exit
-code = failure with that output; a DeadlineExceeded status = failure "command timed out: ..."; any other error
-status = the result is thrown away (the kubelet logs "probe errored" and keeps the previous result). For a hook
-(pkg/kubelet/lifecycle/handlers.go) a non-zero exit code fails the hook with "command '...' exited with N: <stderr>".
+The kubelet's side, as read in 1.37.2 (1.35.4 is the same on this path): an exec probe goes pkg/kubelet/prober
+prober.go runProbe -> newExecInContainer -> kuberuntime RunInContainer -> cri-client ExecSync, then pkg/probe/exec
+Probe. Output = stdout + stderr (10 KiB at most); exit code 0 = success, any other exit code =
+failure with that output (the event "Readiness probe failed: <output>"); a DeadlineExceeded status = failure
+"command timed out: ..." (always since 1.35, which locked the ExecProbeTimeout gate on; 1.32 made it an error
+when the gate was off); any other error status = an error: runProbeWithRetries asks twice more in the same period,
+then the kubelet records "Readiness probe errored and resulted in unknown state: rpc error: ..." and
+worker.doProbe throws the result away (not counted, the previous result kept). For a hook
+(pkg/kubelet/lifecycle/handlers.go Run) a non-zero exit code fails the hook with the error "command '...' exited
+with N: <stderr>", which is what the kubelet logs for a failed preStop ("PreStop hook failed"); its message adds
+", message: <stdout + stderr quoted>".
 
 So, for an attempt the engine ran:
 | attempt / situation                                | answer                                               |
 |----------------------------------------------------|------------------------------------------------------|
 | SUCCESS or WARNING                                 | exit 0, stdout = the probe's output (e.g. the body)  |
 | FAILURE (probe)                                    | exit 1, stdout = the kubelet's own network output    |
-| FAILURE (hook)                                     | exit 1, stderr = the error, so the hook message names it |
+| FAILURE (hook)                                     | exit 1, stderr = the error, so the hook's error names it |
 | UNKNOWN (the kubelet's prober would have errored)  | status UNKNOWN with the output: discarded, as before |
 | bad arguments (EXIT_BAD_ARGUMENTS)                 | exit 2, stderr = "cri-probe-shim: bad arguments: ..." |
 | the sandbox cannot be probed (EXIT_CANNOT_PROBE)   | exit 3, stderr = "cri-probe-shim: cannot probe ...: ..." |
@@ -90,7 +96,9 @@ def host_network(reason: str) -> StatusAnswer:
 
 def timed_out(timeout_s: float) -> StatusAnswer:
     """The worker did not answer within the ExecSync timeout (plus grace): the kubelet reads DeadlineExceeded as
-    an exec probe that timed out (a failure), exactly as for a command that outlived its timeout."""
+    an exec probe that timed out (a counted failure, never retried), exactly as for a command that outlived its
+    timeout. Its text is the kubelet's own ("... timed out after 1s"), not these details; a hook, which the kubelet
+    runs with no timeout, reads "timed out after 0s"."""
     return StatusAnswer(grpc.StatusCode.DEADLINE_EXCEEDED, f"{PREFIX}: no answer within {timeout_s:g}s")
 
 

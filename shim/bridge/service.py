@@ -7,8 +7,9 @@ For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.p
 3. the sandbox -> its netns and IPs (the daemon's sandbox directory, remembered as for ExecProbe; a sandbox that
    cannot be probed: exit 3);
 4. one attempt in the sandbox's worker (ExecProbe's path), bounded by the ExecSync timeout (hooks: the config's
-   `hook_timeout_s`), one try (the kubelet retries errors itself), hook semantics for postStart/preStop; the
-   worker stays up between calls, since the kubelet calls again every period;
+   `hook_timeout_s`), one try (the kubelet asks again after an error status, up to three times a period:
+   prober.go runProbeWithRetries), hook semantics for postStart/preStop; the worker stays up between calls,
+   since the kubelet calls again every period;
 5. the attempt -> span, metrics with the pod's labels, a row on the status board (probectl ps / inspect / watch),
    and the ExecSync answer (answer.py).
 What steps 2-4 derive from the request alone (the call, the checked RunOnce, the worker target, the row's fixed
@@ -43,7 +44,8 @@ from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavail
 log = logging.getLogger(__name__)
 
 # Past the probe's own timeout, how long the worker may take to answer (spawning it included) before the kubelet
-# is told the command timed out. The engine ends a probe at its timeout with the kubelet's own text.
+# is told the command timed out. The engine ends a probe at its timeout with the kubelet's own text. The kubelet
+# itself waits runtimeRequestTimeout (2 min by default) past the timeout (cri-client ExecSync), and none for a hook.
 ANSWER_GRACE_S = 2.0
 DEFAULT_PROBE_TIMEOUT_S = 1  # what the kubelet sends when timeoutSeconds is left out (SetDefaults_Probe)
 
