@@ -188,7 +188,10 @@ class KubeletProcess:
                                                                              self.ports), indent=2))
         (self.workdir / "sysctl" / "wanted").write_text("".join(f"{k} {v}\n" for k, v in KERNEL_TUNABLES.items()))
         flags = [f"--config={self.workdir / 'kubelet.json'}", f"--root-dir={self.workdir / 'root'}",
-                 f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={NODE_NAME}", "-v=2"]
+                 f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={NODE_NAME}", "-v=2",
+                 # Its events too (client-go record/event.go logs each at V(3)): a standalone kubelet has no API
+                 # server to send them to, and the tests read them in its log.
+                 "--vmodule=event=3"]
         if self.node_labels:
             flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()))
         with open(self.log_path, "ab") as log:

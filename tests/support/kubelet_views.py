@@ -1,8 +1,9 @@
-"""What a real kubelet says of its pods, read as data: its /pods, its probe counters, its readiness log lines; and a
-recorder that samples them while a scenario runs.
+"""What a real kubelet says of its pods, read as data: its /pods, its probe counters, its log; and a recorder that
+samples them while a scenario runs.
 
 Owns: PodView and ContainerView (the read-only port's /pods, a core/v1 PodList, by pod name), the kubelet's
-prober_probe_total by (pod, container, probe type, result), the `SyncLoop (probe)` readiness changes of its log, and
+prober_probe_total by (pod, container, probe type, result), the `SyncLoop (probe)` readiness changes of its log, its
+log's structured records (`log_records`: "Probe failed", "Event occurred", ... with their values unquoted), and
 `ReadinessRecorder` (every readiness and restart count seen, sampled every POLL_S). Pure but the recorder's thread;
 tests/unit/test_kubelet_env.py tests the readings without a kubelet. The process is tests/support/kubelet_env.py.
 Free of pytest (the benchmark imports it).
@@ -10,6 +11,7 @@ Free of pytest (the benchmark imports it).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -92,6 +94,73 @@ def readiness_changes(log_text: str) -> list[tuple[str, str]]:
         pod = line.split(' pod="', 1)[1].split('"', 1)[0]
         changes.append((pod.split("/", 1)[-1], status))
     return changes
+
+
+# A klog text header: severity, date, time, thread id, file:line] (k8s.io/klog/v2 formatHeader).
+_KLOG_HEADER = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [^ \]]+\] ", re.M)
+_KLOG_KEY = re.compile(r" ([A-Za-z_][\w.-]*)=")
+_GO_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
+               '"': '"', "'": "'"}
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One structured line of the kubelet's klog text log: `I... file.go:12] "message" key="value" ...`."""
+
+    message: str
+    values: dict[str, str]   # quoted values unquoted; bare ones (numbers, lists) as written
+    line: str
+
+
+def log_records(log_text: str, message: str) -> list[LogRecord]:
+    """The kubelet's log records with this message, in order (k8s.io/klog/v2 internal/serialize: a string value is
+    strconv.Quote'd, or written `key=<` then its lines indented by a tab and ` >` when it holds a newline)."""
+    starts = [m.start() for m in _KLOG_HEADER.finditer(log_text)]
+    records = []
+    for start, end in zip(starts, [*starts[1:], len(log_text)]):
+        text = log_text[start:end].rstrip("\n")
+        body = text[_KLOG_HEADER.match(text).end():]
+        if not body.startswith('"'):
+            continue
+        msg, rest = _go_string(body)
+        if msg == message:
+            records.append(LogRecord(msg, _klog_values(rest), text))
+    return records
+
+
+def _klog_values(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    while (key := _KLOG_KEY.match(text)) is not None:
+        text = text[key.end():]
+        if text.startswith('"'):
+            value, text = _go_string(text)
+        elif text.startswith("<\n"):
+            block, _, text = text[2:].partition("\n >")
+            value = "\n".join(line[1:] for line in block.split("\n"))
+        else:
+            nxt = _KLOG_KEY.search(text)
+            value, text = (text, "") if nxt is None else (text[:nxt.start()], text[nxt.start():])
+        values[key.group(1)] = value
+    return values
+
+
+def _go_string(text: str) -> tuple[str, str]:
+    """strconv.Quote's output at the start of text, unquoted, and what follows it."""
+    out, i = [], 1
+    while text[i] != '"':
+        if text[i] != "\\":
+            out.append(text[i])
+            i += 1
+            continue
+        kind = text[i + 1]
+        if kind in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[kind])
+            i += 2
+        else:
+            width = {"x": 2, "u": 4, "U": 8}[kind]
+            out.append(chr(int(text[i + 2:i + 2 + width], 16)))
+            i += 2 + width
+    return "".join(out), text[i + 1:]
 
 
 class ReadinessRecorder:

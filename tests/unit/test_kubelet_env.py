@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.kubelet_env import KubeletPorts, free_ports, kubelet_config, pod_views, probe_counts, readiness_changes
+from tests.support.kubelet_views import log_records
 
 # Shapes of the kubelet's own answers (core/v1 PodList from /pods; its /metrics/probes text; klog lines).
 POD_LIST = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [{
@@ -73,3 +74,37 @@ def test_the_config_is_standalone_and_binds_nothing_beyond_loopback(tmp_path: Pa
 def test_free_ports_are_distinct():
     ports = free_ports(3)
     assert len(set(ports)) == 3 and all(1024 <= p < 65536 for p in ports)
+
+
+# Lines of kubelet 1.37.2's log through the shim (tests/e2e/test_real_kubelet_answers.py), shortened; and a value
+# holding a newline, which klog writes as an indented block (klog/v2 internal/serialize writeStringValue).
+RECORDS_LOG = r"""I1127 17:50:12.269458   20843 event.go:395] "Event occurred" object="default/fail-http-node1" fieldPath="spec.containers{web}" kind="Pod" apiVersion="v1" type="Warning" reason="Unhealthy" message="Readiness probe failed: HTTP probe failed with statuscode: 404"
+I1127 17:50:29.727640   20843 prober.go:107] "Probe errored" probeType="Readiness" pod="default/short-node1" podUID="fb9c38ed" containerName="web" probeResult="unknown" err="rpc error: code = Unknown desc = unexpected EOF"
+I1127 17:50:35.816460   20843 handlers.go:84] "Exec lifecycle hook for Container in Pod failed" execCommand=["cri-probe-shim","postStart","{\"httpGet\":{\"path\":\"/start\",\"port\":9999}}"] containerName="web" pod="default/hook-fail-node1" message="Get \"http://10.244.78.7:9999/start\": dial tcp 10.244.78.7:9999: connect: connection refused"
+E1127 17:50:37.920262   20843 kuberuntime_manager.go:1854] "Unhandled Error" err="a: message: \"Get \\\"http://x/\\\"\" \t\u00e9\x01" logger="UnhandledError"
+I1127 17:50:40.000001   20843 prober.go:117] "Probe failed" probeType="Liveness" pod="default/multi-node1" probeResult="failure" output=<
+	first line
+	second line
+ > containerName="web"
+"""
+
+
+def test_log_records_are_read_with_their_values_unquoted():
+    (event,) = log_records(RECORDS_LOG, "Event occurred")
+    assert event.values == {"object": "default/fail-http-node1", "fieldPath": "spec.containers{web}", "kind": "Pod",
+                            "apiVersion": "v1", "type": "Warning", "reason": "Unhealthy",
+                            "message": "Readiness probe failed: HTTP probe failed with statuscode: 404"}
+    (errored,) = log_records(RECORDS_LOG, "Probe errored")
+    assert errored.values["err"] == "rpc error: code = Unknown desc = unexpected EOF"
+    (hook,) = log_records(RECORDS_LOG, "Exec lifecycle hook for Container in Pod failed")
+    assert hook.values["execCommand"] == r'["cri-probe-shim","postStart","{\"httpGet\":{\"path\":\"/start\",\"port\":9999}}"]'
+    assert hook.values["message"].startswith('Get "http://10.244.78.7:9999/start": dial tcp')
+
+
+def test_log_records_undo_strconv_quote_and_klogs_blocks():
+    (unhandled,) = log_records(RECORDS_LOG, "Unhandled Error")
+    assert unhandled.values == {"err": 'a: message: "Get \\"http://x/\\"" \t\u00e9\x01', "logger": "UnhandledError"}
+    (failed,) = log_records(RECORDS_LOG, "Probe failed")
+    assert failed.values["output"] == "first line\nsecond line"
+    assert failed.values["containerName"] == "web"
+    assert log_records(RECORDS_LOG, "SyncLoop (probe)") == []
