@@ -33,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,6 +43,7 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from probe_api.bridge_command import command_for
+from probe_api.defaults import KUBELET_VERSION
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
@@ -70,8 +72,9 @@ def node(containerd: ContainerdEnv):
     containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
     # Under containerd's session dir, not pytest's: the suite's reaper of orphaned zygotes (tests/conftest.py)
     # must not take the workers this module's daemons hand over to each other; the session's teardown kills all.
-    workdir = Path(containerd.session.path("node"))
-    (workdir / "shim").mkdir(parents=True)
+    # A directory of its own: test_real_kubelet_answers.py runs a node of this fixture too, in the same session.
+    workdir = Path(tempfile.mkdtemp(prefix="node-", dir=containerd.session.path()))
+    (workdir / "shim").mkdir()
     node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
     node.start_shim()
     # Labelled as the kubelet drop-in labels a shim node: converted pods require it (their node affinity).
@@ -288,7 +291,8 @@ def test_converted_post_start_and_pre_stop_hooks_reach_the_pod(k):
     k.wait_ready(name)
     log = www / "hooks.log"
     (post_start,) = log.read_text().splitlines()
-    assert post_start.split()[:2] == ["hook=postStart", "kube-lifecycle/1.32"]
+    # The kubelet's hook User-Agent, of the kubelet version the engine follows.
+    assert post_start.split()[:2] == ["hook=postStart", f"kube-lifecycle/{KUBELET_VERSION}"]
     assert k.kubelet.pods()[name].restarts == 0  # the hook succeeded: no kill
 
     k.kubelet.remove_manifest("hooked")
@@ -298,7 +302,7 @@ def test_converted_post_start_and_pre_stop_hooks_reach_the_pod(k):
         assert time.monotonic() < deadline, k.kubelet.log_tail()
         time.sleep(kubelet_env.POLL_S)
     pre_stop = log.read_text().splitlines()[1].split()
-    assert pre_stop[:2] == ["hook=preStop", "kube-lifecycle/1.32"]
+    assert pre_stop[:2] == ["hook=preStop", f"kube-lifecycle/{KUBELET_VERSION}"]
     assert int(pre_stop[2]) <= removed_at + grace_s  # before the kubelet's grace period ran out
 
 
