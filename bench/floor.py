@@ -45,7 +45,7 @@ _CHECK_BODY = grpc_frame(b"")
 
 def http_request(host_port: str, path: str) -> bytes:
     """The kubelet's probe request (what the worker sends), byte for byte."""
-    return (f"GET {path} HTTP/1.1\r\nHost: {host_port}\r\nUser-Agent: kube-probe/1.32\r\n"
+    return (f"GET {path} HTTP/1.1\r\nHost: {host_port}\r\nUser-Agent: kube-probe/1.37\r\n"
             f"Accept: */*\r\nConnection: close\r\n\r\n").encode()
 
 

@@ -24,8 +24,8 @@ async def latency_inside(ports: dict[str, int], count: int, warmup: int) -> dict
     from cri_proto import probe_spec_pb2 as spec_pb
     from probe_worker.prober import Prober
 
-    prober = Prober(list(POD_IPS), "1.32")
-    request = (f"GET /ok HTTP/1.1\r\nHost: {POD_IPV4}:{ports['http']}\r\nUser-Agent: kube-probe/1.32\r\n"
+    prober = Prober(list(POD_IPS), "1.37")
+    request = (f"GET /ok HTTP/1.1\r\nHost: {POD_IPV4}:{ports['http']}\r\nUser-Agent: kube-probe/1.37\r\n"
                "Accept: */*\r\nConnection: close\r\n\r\n").encode()
     floors = {"http": lambda: floor_http(POD_IPV4, ports["http"], request), "tcp": lambda: floor_tcp(POD_IPV4, ports["tcp"])}
     out = {}
@@ -126,7 +126,7 @@ async def manager_attempts(ports: dict[str, int], kinds: tuple[str, ...], period
             if reported == count:
                 done.set()
 
-    manager = ProbeManager(Prober(list(POD_IPS), "1.32"), emit)
+    manager = ProbeManager(Prober(list(POD_IPS), "1.37"), emit)
     by_kind = specs(ports)
     for kind in kinds:
         await manager.add(periodic_registration(by_kind[kind], kind, period_ms, start_now=start_now))

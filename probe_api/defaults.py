@@ -35,8 +35,9 @@ HEARTBEAT_INTERVAL_MS = 1000
 # (the daemon's handover_timeout_s, which it passes to the zygote; the zygote's own default).
 HANDOVER_TIMEOUT_S = 300.0
 
-# The kubelet version whose behaviour the engine follows; its User-Agent is kube-probe/<this>.
-KUBELET_VERSION = "1.32"
+# The kubelet version whose behaviour the engine follows; its User-Agent is kube-probe/<this>. Its own prober is
+# the reference the engine is tested against (tests/system/test_kubelet_prober_reference.py).
+KUBELET_VERSION = "1.37"
 
 # pkg/kubelet/prober runProbeWithRetries: an attempt that ends in an error is run again at once, up to this many
 # times in all.

@@ -205,23 +205,22 @@ def _validate_http_get(action: spec_pb.HTTPGetAction, path: str) -> list[FieldEr
     errors = _validate_port_ref(action.port, f"{path}.port")
     if action.scheme not in (spec_pb.HTTP, spec_pb.HTTPS):
         errors.append(FieldError.not_supported(f"{path}.scheme", action.scheme, _SCHEME_NAMES))
-    errors += _validate_protocol(action, f"{path}.protocol")
     errors += _validate_headers(action.http_headers, f"{path}.http_headers")
+    errors += _validate_protocol(action, path)
     errors += _validate_url_path(action.path, f"{path}.path")  # addition
     errors += _validate_host(action.host, f"{path}.host")  # addition
     return errors
 
 
 def _validate_protocol(action: spec_pb.HTTPGetAction, path: str) -> list[FieldError]:
-    """validateHTTPGetAction (1.37, KEP-5999, kubernetes#139429): one error at most, in the PR's order. The
-    host rule's own message is not in the sources read (the review excerpt ends at its condition): it is worded
-    here as the HTTPS rule is, on the same field."""
+    """validateHTTPGetAction's protocol rules (1.37, KEP-5999, pkg/apis/core/validation/validation.go): one error
+    at most, after the headers' errors."""
     if action.protocol not in (spec_pb.HTTP1, spec_pb.HTTP2):
-        return [FieldError.not_supported(path, action.protocol, HTTP_PROTOCOL_NAMES)]
-    if action.protocol == spec_pb.HTTP2 and action.scheme == spec_pb.HTTPS:
-        return [FieldError.invalid(path, "HTTP2", "HTTP2 cannot be combined with scheme HTTPS")]
+        return [FieldError.not_supported(f"{path}.protocol", action.protocol, HTTP_PROTOCOL_NAMES)]
+    if action.protocol == spec_pb.HTTP2 and action.scheme != spec_pb.HTTP:
+        return [FieldError.invalid(f"{path}.protocol", "HTTP2", "is only supported with HTTP (H2C)")]
     if action.protocol == spec_pb.HTTP2 and action.host:
-        return [FieldError.invalid(path, "HTTP2", "HTTP2 cannot be combined with host")]
+        return [FieldError.invalid(f"{path}.host", action.host, 'must be empty when `protocol` is "HTTP2"')]
     return []
 
 

@@ -49,7 +49,7 @@ class Endpoint:
 class AttemptContext:
     deadline: float                       # event-loop time by which the attempt must be over
     timeout_ns: int                       # the probe timeout, for messages such as "within 1s"
-    user_agent: str                       # "kube-probe/1.32", "kube-lifecycle/1.32" for a hook
+    user_agent: str                       # "kube-probe/1.37", "kube-lifecycle/1.37" for a hook
     trace: Trace = field(default_factory=Trace)
     lifecycle_hook: bool = False          # a lifecycle hook's semantics, not a probe's
     tls: ssl.SSLContext | None = None     # shared per worker: building one costs milliseconds

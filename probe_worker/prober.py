@@ -38,7 +38,7 @@ SAFETY_MARGIN_S = 0.25
 
 
 def user_agent(version: str, purpose: str = "probe") -> str:
-    """pkg/probe/http userAgent(purpose): "kube-probe/1.32", "kube-lifecycle/1.32"."""
+    """pkg/probe/http userAgent(purpose): "kube-probe/1.37", "kube-lifecycle/1.37"."""
     return f"kube-{purpose}/{version}"
 
 

@@ -1,4 +1,4 @@
-"""TCP socket probe as the kubelet 1.32 runs it (pkg/probe/tcp).
+"""TCP socket probe as the kubelet 1.37 runs it (pkg/probe/tcp).
 
 Success iff a connection is established within the timeout; the connection is
 closed at once and nothing is sent. A failure's output is the Go dial error,

@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.defaults import KUBELET_VERSION
 from probe_worker.attempt import AttemptContext, Endpoint
 from probe_worker.deadline import AttemptDeadline
 from probe_worker.probes.grpc import executor as grpc_probe
 
 SERVERS = Path(__file__).resolve().parent / "servers"
 REPO_ROOT = SERVERS.parent.parent
-UA = "kube-probe/1.32"
+UA = f"kube-probe/{KUBELET_VERSION}"
 
 
 class LocalServer:

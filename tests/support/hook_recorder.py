@@ -13,10 +13,11 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import KUBELET_VERSION
 from tests.support.servers.http_server import server_tls_context
 
 SUCCESS, FAILURE, UNKNOWN = spec_pb.RESULT_SUCCESS, spec_pb.RESULT_FAILURE, spec_pb.RESULT_UNKNOWN
-HOOK_UA = "kube-lifecycle/1.32"   # the worker's default user_agent_version
+HOOK_UA = f"kube-lifecycle/{KUBELET_VERSION}"   # the worker's default user_agent_version
 MISMATCH = "http: server gave HTTP response to HTTPS client"
 
 # An HTTP/1.1 server that keeps connections alive and reports what it sees, one JSON line per event:

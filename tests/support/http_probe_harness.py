@@ -7,27 +7,31 @@ from __future__ import annotations
 import asyncio
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.defaults import KUBELET_VERSION
 from probe_worker.attempt import AttemptContext, Endpoint, Outcome
 from probe_worker.deadline import AttemptDeadline
 from probe_worker.probes.http import executor as http
 from tests.support.servers.http_server import HTTPTestServer
 
-UA = "kube-probe/1.32"
+UA = f"kube-probe/{KUBELET_VERSION}"
 
 
-def http_spec(path: str, port: int = 0, headers=(), scheme=spec_pb.HTTP, **spec_fields) -> spec_pb.ProbeSpec:
+def http_spec(path: str, port: int = 0, headers=(), scheme=spec_pb.HTTP, protocol=spec_pb.HTTP1,
+              **spec_fields) -> spec_pb.ProbeSpec:
     return spec_pb.ProbeSpec(
         http_get=spec_pb.HTTPGetAction(
             path=path,
             port=spec_pb.PortRef(number=port),
             scheme=scheme,
+            protocol=protocol,
             http_headers=[spec_pb.HTTPHeader(name=n, value=v) for n, v in headers],
         ),
         **spec_fields,
     )
 
 
-async def run_probe(path, port, *, host="127.0.0.1", addresses=None, timeout=2.0, headers=(), scheme=spec_pb.HTTP):
+async def run_probe(path, port, *, host="127.0.0.1", addresses=None, timeout=2.0, headers=(), scheme=spec_pb.HTTP,
+                    protocol=spec_pb.HTTP1):
     """One attempt; returns (outcome, ctx, seconds taken)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -37,7 +41,7 @@ async def run_probe(path, port, *, host="127.0.0.1", addresses=None, timeout=2.0
     endpoint = Endpoint(host=host, addresses=(host,) if addresses is None else addresses, port=port)
     started = loop.time()
     try:
-        outcome = await http.probe(http_spec(path, headers=headers, scheme=scheme), endpoint, ctx)
+        outcome = await http.probe(http_spec(path, headers=headers, scheme=scheme, protocol=protocol), endpoint, ctx)
     finally:
         timer.close()
     return outcome, ctx, loop.time() - started

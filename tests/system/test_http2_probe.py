@@ -21,11 +21,12 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import KUBELET_VERSION
 from tests.support.netns_env import PodNetns, netns_unavailable_reason
 from tests.support.servers.http_server import server_tls_context
 from tests.support.worker_harness import WorkerHarness
 
-UA = "kube-probe/1.32"  # the worker harness's kubelet version
+UA = f"kube-probe/{KUBELET_VERSION}"  # the worker harness's kubelet version
 FAILURE, SUCCESS, UNKNOWN = spec_pb.RESULT_FAILURE, spec_pb.RESULT_SUCCESS, spec_pb.RESULT_UNKNOWN
 
 pytestmark = pytest.mark.netns

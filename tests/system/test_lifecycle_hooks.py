@@ -21,6 +21,7 @@ import time
 import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.defaults import KUBELET_VERSION
 from tests.support.hook_recorder import (
     FAILURE, HOOK_UA, MISMATCH, SUCCESS, UNKNOWN, Recorder, hook, hook_head, http_spec, needs_tls, run_once,
 )
@@ -68,7 +69,7 @@ def test_a_probe_of_the_same_spec_is_unchanged(pod_netns, worker, recorder):
     attempt = run_once(worker, http_spec("/status/200", recorder.port), hook=False)
     assert (attempt.result, attempt.output) == (SUCCESS, "status 200")
     assert recorder.heads(worker) == [
-        (f"GET /status/200 HTTP/1.1\r\nHost: {pod_netns.ipv4}:{recorder.port}\r\nUser-Agent: kube-probe/1.32\r\n"
+        (f"GET /status/200 HTTP/1.1\r\nHost: {pod_netns.ipv4}:{recorder.port}\r\nUser-Agent: kube-probe/{KUBELET_VERSION}\r\n"
          "Accept: */*\r\nConnection: close\r\n\r\n"),
     ]
 

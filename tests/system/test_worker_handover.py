@@ -112,7 +112,7 @@ async def start_worker(handover: Handover | None):
     ours, theirs = socket.socketpair()
     stop = asyncio.get_running_loop().create_future()
     ready = worker_pb.Ready(pid=4242, protocol_version=WORKER_PROTOCOL_VERSION, group="ns#1")
-    task = asyncio.ensure_future(serve(AsyncChannel(theirs), LocalSockets(), "1.32", 60_000, stop=stop,
+    task = asyncio.ensure_future(serve(AsyncChannel(theirs), LocalSockets(), "1.37", 60_000, stop=stop,
                                        handover=handover, ready=ready))
     daemon = Daemon(ours)
     assert (await daemon.request(add_sandbox=worker_pb.AddSandbox(sandbox_id="sb", pod_ips=["127.0.0.1"]))).ack

@@ -111,5 +111,5 @@ def test_grpc_target_serves_a_health_check_to_an_h2_client():
 
 def test_floor_sends_the_kubelets_request():
     assert http_request("198.18.0.2:8080", "/healthz") == (
-        b"GET /healthz HTTP/1.1\r\nHost: 198.18.0.2:8080\r\nUser-Agent: kube-probe/1.32\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: 198.18.0.2:8080\r\nUser-Agent: kube-probe/1.37\r\n"
         b"Accept: */*\r\nConnection: close\r\n\r\n")

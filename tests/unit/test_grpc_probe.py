@@ -198,7 +198,7 @@ class NoImports:
         raise ImportError(f"late import of {name}")
 
 async def attempt(probe, port, service=None, timeout=1.0):
-    ctx = AttemptContext(deadline=asyncio.get_running_loop().time() + timeout, timeout_ns=int(timeout * 1e9), user_agent="kube-probe/1.32")
+    ctx = AttemptContext(deadline=asyncio.get_running_loop().time() + timeout, timeout_ns=int(timeout * 1e9), user_agent="kube-probe/1.37")
     spec = spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=port, service=service))
     return (await probe(spec, Endpoint("127.0.0.1", ("127.0.0.1",), port), ctx)).output
 

@@ -115,7 +115,7 @@ def test_request_is_what_grpc_go_sends():
     assert request[b":path"] == b"/grpc.health.v1.Health/Check"
     assert request[b":authority"] == f"127.0.0.1:{server.port}".encode()
     assert request[b"content-type"] == b"application/grpc"
-    assert request[b"user-agent"] == b"kube-probe/1.32 grpc-go/1.65.0"
+    assert request[b"user-agent"] == b"kube-probe/1.37 grpc-go/1.82.1"  # grpc-go of kubelet 1.37.2's go.mod
     assert request[b"te"] == b"trailers"
     timeout = request[b"grpc-timeout"]
     assert timeout.endswith(b"u") and 0 < int(timeout[:-1]) <= 1_000_000  # the remaining deadline

@@ -21,13 +21,13 @@ def _response(status: int) -> bytes:
 
 
 def test_request_headers_are_grpc_go_order_and_values():
-    assert rules.request_headers("198.18.0.2:9000", "kube-probe/1.32", 999_876_000) == [
+    assert rules.request_headers("198.18.0.2:9000", "kube-probe/1.37", 999_876_000) == [
         (":method", "POST"),
         (":scheme", "http"),
         (":path", "/grpc.health.v1.Health/Check"),
         (":authority", "198.18.0.2:9000"),
         ("content-type", "application/grpc"),
-        ("user-agent", "kube-probe/1.32 grpc-go/1.65.0"),
+        ("user-agent", "kube-probe/1.37 grpc-go/1.82.1"),  # grpc-go of kubelet 1.37.2's go.mod
         ("te", "trailers"),
         ("grpc-timeout", "999876u"),
     ]

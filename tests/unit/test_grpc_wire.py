@@ -20,7 +20,7 @@ from probe_api import grpc_codes as codes
 from probe_api.grpc_wire_rules import frame_message
 from probe_worker.probes.grpc import rules, unary_call, wire
 
-AUTHORITY, UA, SECOND = "198.18.0.2:9090", "kube-probe/1.32", 1_000_000_000
+AUTHORITY, UA, SECOND = "198.18.0.2:9090", "kube-probe/1.37", 1_000_000_000
 SERVING = frame_message(health_pb.HealthCheckResponse(status=health_pb.HealthCheckResponse.SERVING)
                               .SerializeToString())
 

@@ -10,7 +10,7 @@ from probe_worker.probes.http.headers import Header
 from probe_worker.probes.http.request import ProbeRequest
 from probe_worker.probes.http.url import parse
 
-HOOK_UA = "kube-lifecycle/1.32"
+HOOK_UA = "kube-lifecycle/1.37"
 
 
 @pytest.mark.parametrize("status", [200, 204, 301, 302, 400, 404, 500, 503, 101, 99])
@@ -36,7 +36,7 @@ def test_https_hook_answered_in_plain_http_is_sent_again_over_http_without_autho
     assert not retry.header.has("Authorization") and retry.header.get("X-Token") == "k"
     assert sent.header.get("Authorization") == "Bearer t"  # req.Clone: the first request is untouched
     assert [f"{k}: {v}" for k, v in request_rules.wire_request(retry, request_rules.LIFECYCLE_TRANSPORT).headers] == [
-        "Host: app", "User-Agent: kube-lifecycle/1.32", "Accept: */*", "X-Token: k", "Accept-Encoding: gzip",
+        "Host: app", "User-Agent: kube-lifecycle/1.37", "Accept: */*", "X-Token: k", "Accept-Encoding: gzip",
     ]
 
 

@@ -7,7 +7,7 @@ from probe_worker.probes.http.headers import Header
 from probe_worker.probes.http.request import ProbeRequest
 from probe_worker.probes.http.url import URLError, parse
 
-UA = "kube-probe/1.32"
+UA = "kube-probe/1.37"
 
 
 def request(path="/healthz", headers=(), host="10.0.0.1", port=8080, scheme="http"):
@@ -61,7 +61,7 @@ def test_default_head_is_exactly_what_the_kubelet_sends():
     assert wire() == [
         "GET /healthz HTTP/1.1",
         "Host: 10.0.0.1:8080",
-        "User-Agent: kube-probe/1.32",
+        "User-Agent: kube-probe/1.37",
         "Accept: */*",
         "Connection: close",
     ]
@@ -75,7 +75,7 @@ def test_user_headers_are_sorted_by_canonical_key_and_repeated_ones_kept_in_orde
     assert wire(headers=[("x-zeta", "z"), ("X-Alpha", "a1"), ("accept-language", "de"), ("x-alpha", "a2")]) == [
         "GET /healthz HTTP/1.1",
         "Host: 10.0.0.1:8080",
-        "User-Agent: kube-probe/1.32",
+        "User-Agent: kube-probe/1.37",
         "Accept: */*",
         "Accept-Language: de",
         "X-Alpha: a1",
@@ -162,7 +162,7 @@ def test_credentials_in_the_url_become_basic_auth():
 # `Accept-Encoding: gzip` (DisableCompression false, no Accept-Encoding, no Range) and no
 # `Connection: close` (DisableKeepAlives false); Request.write emits those extra headers last.
 
-HOOK_UA = "kube-lifecycle/1.32"
+HOOK_UA = "kube-lifecycle/1.37"
 
 
 def hook_wire(path="/stop", headers=(), **kw):
@@ -175,7 +175,7 @@ def test_hook_head_is_exactly_what_the_kubelet_lifecycle_client_sends():
     assert hook_wire() == [
         "GET /stop HTTP/1.1",
         "Host: 10.0.0.1:8080",
-        "User-Agent: kube-lifecycle/1.32",
+        "User-Agent: kube-lifecycle/1.37",
         "Accept: */*",
         "Accept-Encoding: gzip",
     ]
@@ -185,7 +185,7 @@ def test_hook_gzip_comes_after_every_user_header():
     assert hook_wire(headers=[("x-zeta", "z"), ("Authorization", "Bearer t"), ("accept-language", "de")]) == [
         "GET /stop HTTP/1.1",
         "Host: 10.0.0.1:8080",
-        "User-Agent: kube-lifecycle/1.32",
+        "User-Agent: kube-lifecycle/1.37",
         "Accept: */*",
         "Accept-Language: de",
         "Authorization: Bearer t",

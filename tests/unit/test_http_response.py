@@ -9,7 +9,7 @@ from probe_worker.probes.http import response as response_rules
 from probe_worker.probes.http.request import ProbeRequest
 from probe_worker.probes.http.url import parse
 
-UA = "kube-probe/1.32"
+UA = "kube-probe/1.37"
 
 
 def request(path="/healthz", headers=(), host="10.0.0.1", port=8080, scheme="http"):

@@ -184,8 +184,7 @@ def test_workloads_are_read_through_their_pod_template():
      'spec.containers[0].livenessProbe.httpGet.protocol: Unsupported value: "h2c": supported values: '
      '"HTTP1", "HTTP2"'),
     ({"name": "c", "livenessProbe": {"httpGet": {"port": 1, "protocol": "HTTP2", "scheme": "HTTPS"}}},
-     'spec.containers[0].livenessProbe.httpGet.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with '
-     'scheme HTTPS'),
+     'spec.containers[0].livenessProbe.httpGet.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)'),
     # Wrong types name the path; never a traceback.
     ({"name": "c", "livenessProbe": {"tcpSocket": {"port": [1]}}},
      "spec.containers[0].livenessProbe.tcpSocket.port: Invalid value: [1]: must be a port number or a port name"),

@@ -20,7 +20,7 @@ SERVERS = Path(__file__).resolve().parents[1] / "support" / "servers"
 def probe_once(endpoint: Endpoint, timeout: float = 1.0):
     async def go():
         loop = asyncio.get_running_loop()
-        ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent="kube-probe/1.32")
+        ctx = AttemptContext(deadline=loop.time() + timeout, timeout_ns=int(timeout * 1e9), user_agent="kube-probe/1.37")
         started = loop.time()
         outcome = await tcp_probe.probe(tcp_spec(endpoint.port), endpoint, ctx)
         return outcome, loop.time() - started

@@ -148,12 +148,16 @@ HEADER_VALUE_MSG = "Invalid value: must not contain CR, LF or NUL characters"
 
 @pytest.mark.parametrize("spec, expected", [
     (http(scheme=7), ['spec.http_get.scheme: Unsupported value: 7: supported values: "HTTP", "HTTPS"']),
-    # validateHTTPGetAction (1.37, KEP-5999, kubernetes#139429): one protocol error at most, on httpGet.protocol.
+    # validateHTTPGetAction (1.37, KEP-5999, pkg/apis/core/validation/validation.go): one protocol error at most.
     (http(protocol=7), ['spec.http_get.protocol: Unsupported value: 7: supported values: "HTTP1", "HTTP2"']),
     (http(protocol=pb.HTTP2, scheme=pb.HTTPS),
-     ['spec.http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with scheme HTTPS']),
+     ['spec.http_get.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)']),
     (http(protocol=pb.HTTP2, host="10.0.0.1"),
-     ['spec.http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with host']),
+     ['spec.http_get.host: Invalid value: "10.0.0.1": must be empty when `protocol` is "HTTP2"']),
+    # ...after the headers' errors, as Go checks them
+    (http(protocol=pb.HTTP2, scheme=pb.HTTPS, http_headers=headers(("bad name", "v"))),
+     [f'spec.http_get.http_headers: Invalid value: "bad name": {HEADER_MSG}',
+      'spec.http_get.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)']),
     # validateGRPCAction (1.37, KEP-4939): a mode this version does not know is NotSupported.
     (pb.ProbeSpec(grpc=pb.GRPCAction(port=9090, mode=7)),
      ['spec.grpc.mode: Unsupported value: 7: supported values: "Plaintext", "TLS"']),

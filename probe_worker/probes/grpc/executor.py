@@ -1,4 +1,4 @@
-"""gRPC health probe (KEP-1665) as the kubelet 1.32 runs it, without grpcio.
+"""gRPC health probe (KEP-1665) as the kubelet 1.37 runs it, without grpcio.
 
 The kubelet dials with grpc-go's WithBlock: it keeps connecting, with grpc's
 connection backoff, until a connection is ready or the probe deadline passes;

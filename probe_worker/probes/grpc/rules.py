@@ -1,6 +1,6 @@
 """What the kubelet's gRPC health probe decides outside the call itself, as pure functions (no I/O).
 
-The kubelet (pkg/probe/grpc, 1.32) is a grpc-go 1.65 client: grpc.DialContext
+The kubelet (pkg/probe/grpc, 1.37) is a grpc-go 1.82 client: grpc.DialContext
 with WithBlock, then one unary Health/Check. This module holds, as grpc-go and the
 kubelet decide them: the request (headers, the framed HealthCheckRequest), the
 bounds of an attempt, the dial's connection backoff (backoff/backoff.go,
@@ -25,9 +25,9 @@ from probe_worker.attempt import FAILURE, SUCCESS, Outcome
 from probe_worker.go_errors import CONTEXT_DEADLINE
 from probe_worker.probes.grpc.unary_call import RpcError
 
-# google.golang.org/grpc version in kubelet 1.32's go.mod; grpc-go appends
+# google.golang.org/grpc version in kubelet 1.37.2's go.mod (1.35.4: 1.72.2); grpc-go appends
 # "grpc-go/<version>" to every user agent, so servers see the pair.
-GRPC_GO_VERSION = "1.65.0"
+GRPC_GO_VERSION = "1.82.1"
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 CHECK_PATH = f"/{HEALTH_SERVICE}/Check"

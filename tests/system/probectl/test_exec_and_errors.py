@@ -73,8 +73,7 @@ def test_exec_and_run_h2c_through_the_daemon(probectl, pod_netns):
     # validateHTTPGetAction: HTTP2 with scheme HTTPS is refused by the daemon, with the field's path.
     refused = probectl("run", "--pod", pod_netns.name, "--container", "web", "--type", "liveness", "--http-get",
                        f"https://:{port}/ok", "--http-protocol", "HTTP2")
-    assert_one_line_error(refused, 1, 'http_get.protocol: Invalid value: "HTTP2": HTTP2 cannot be combined with '
-                                      "scheme HTTPS")
+    assert_one_line_error(refused, 1, 'http_get.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)')
 
 
 def test_exit_code_2_when_nobody_serves_the_socket(tmp_path):
