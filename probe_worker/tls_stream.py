@@ -2,17 +2,20 @@
 
 TLS runs through ssl.MemoryBIO over the raw socket, so there is no transport to wind down: closing is the socket's
 RST close (SO_LINGER {1, 0}), immediate whatever the peer does. Every failure is a StreamError whose text is Go's
-(probe_worker.go_errors words them); the TLS contexts are the kubelet's client settings.
+(probe_worker.go_errors words them); the TLS contexts are the kubelet's client settings. Only one of them verifies
+the server (an h2c probe's redirect to https), in Go's order (probe_worker.cert_verify).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import socket
 import ssl
 
 from probe_api.gostrings import join_host_port
+from probe_worker import cert_verify
 from probe_worker.connect import close_quietly
 from probe_worker.go_errors import first_record_error, net_op_error, tls_error_text
 
@@ -49,6 +52,30 @@ LIFECYCLE_TLS = default_tls_context(alpn=False)
 GRPC_TLS = grpc_tls_context()
 
 
+@functools.cache
+def verifying_tls_context() -> ssl.SSLContext:
+    """Go's default tls.Config, as kubelet 1.37's h2c transport dials https (a redirect): the node's roots, TLS >=
+    1.2, and no ALPN (its Protocols are unencrypted HTTP/2 alone, so adjustNextProtos drops h2 and http/1.1).
+
+    OpenSSL judges the chain; the name is cert_verify's, after the leaf's own checks, as Go orders them. Built on
+    first use, as Go loads the system roots on its first verification: the bundle is world-readable, and no other
+    probe needs it (nothing but a redirect of an alpha feature's probe gets here)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_default_certs()
+    return ctx
+
+
+def _leaf_error(chain: list | None, host: str) -> str | None:
+    """What Go says of the server's certificate before it looks at the chain (None: nothing). `chain` is ssl's
+    (_ssl.Certificate objects, the server's first); OpenSSL keeps it after a failed verification too."""
+    if not chain:
+        return None
+    return cert_verify.leaf_error(chain[0].get_info(), host, datetime.datetime.now().astimezone())
+
+
 class StreamError(Exception):
     """A socket or TLS failure; str() is Go's error text for it."""
 
@@ -69,8 +96,10 @@ class Stream:
         host, port = self.sock.getsockname()[:2]
         return join_host_port(host, port)
 
-    async def start_tls(self, context: ssl.SSLContext, server_hostname: str | None) -> str:
-        """Handshakes; returns the negotiated version. Raises StreamError with Go's text."""
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str | None, verify_host: str = "") -> str:
+        """Handshakes; returns the negotiated version. Raises StreamError with Go's text.
+
+        verify_host: the server's certificate must be valid for it (`context` verifies the chain)."""
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname)
@@ -83,6 +112,10 @@ class Stream:
                 pass
             except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 raise StreamError("EOF") from None
+            except ssl.SSLCertVerificationError:
+                raise StreamError(cert_verify.VERIFY_FAILED + (
+                    _leaf_error(tls._sslobj.get_unverified_chain(), verify_host)
+                    or cert_verify.UNKNOWN_AUTHORITY)) from None
             except ssl.SSLError as exc:
                 raise StreamError(tls_error_text(exc.reason or "")) from None
             await self._flush()
@@ -96,6 +129,10 @@ class Stream:
                 self._incoming.write(data)
             else:
                 self._incoming.write_eof()
+        if verify_host:
+            problem = _leaf_error(tls._sslobj.get_verified_chain(), verify_host)
+            if problem:
+                raise StreamError(cert_verify.VERIFY_FAILED + problem)
         await self._flush()
         self.tls = tls
         return tls.version() or ""

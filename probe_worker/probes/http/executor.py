@@ -9,8 +9,10 @@ each over a new connection (the kubelet disables keep-alives), all bounded by
 ctx.deadline. A request goes over an exchange: HTTP/1.1 is h1_exchange.py's (h11);
 HTTP/2 (an HTTPS server that picks h2 by ALPN, or `protocol: HTTP2`, h2c with prior
 knowledge) is h2_exchange.py's, behind the same interface, and a request the HTTP/2
-server refused goes again over a new connection, as Go's client sends it. The
-connection, with its TLS over memory buffers, is probe_worker/tls_stream.py's.
+server refused goes again over a new connection, as Go's client sends it. An h2c
+probe redirected to https goes over TLS as kubelet 1.37's h2c transport dials it: the
+server verified against the node's roots, no ALPN, HTTP/1.1. The connection, with its
+TLS over memory buffers, is probe_worker/tls_stream.py's.
 
 With ctx.lifecycle_hook it is the kubelet's runHTTPHandler instead: the request
 goes out as the lifecycle client sends it (no `Connection: close`, `Accept-Encoding:
@@ -46,7 +48,7 @@ from probe_worker.probes.http.h1_exchange import H1Exchange, H1Request
 from probe_worker.probes.http.h2_exchange import H2Exchange, RetryOnNewConnection
 from probe_worker.probes.http.request import ProbeRequest
 from probe_worker.probes.http.url import URLError
-from probe_worker.tls_stream import DEFAULT_TLS, LIFECYCLE_TLS, Stream, StreamError
+from probe_worker.tls_stream import DEFAULT_TLS, LIFECYCLE_TLS, Stream, StreamError, verifying_tls_context
 from probe_worker.trace import PhaseRecord
 
 
@@ -253,8 +255,14 @@ class _Attempt:
             async with ctx.timeout():
                 if request.url.scheme == "https" and not reused:
                     hostname = request.url.hostname()
+                    server_name = None if is_ip_literal(hostname) else hostname
                     with trace.phase("tls", hostname) as phase:
-                        phase.detail = await stream.start_tls(self.tls, None if is_ip_literal(hostname) else hostname)
+                        if self.h2c:
+                            # 1.37's h2c transport has no TLSClientConfig: Go's default one verifies the server,
+                            # and offers no ALPN, so the exchange is HTTP/1.1.
+                            phase.detail = await stream.start_tls(verifying_tls_context(), server_name, hostname)
+                        else:
+                            phase.detail = await stream.start_tls(self.tls, server_name)
                     if stream.alpn == "h2":
                         exchange = H2Exchange(stream)
                 elif request.url.scheme == "http" and self.h2c:
