@@ -162,6 +162,28 @@ class WorkerHarness:
         )
         return self.request(timeout, run_once=worker_pb.RunOnce(probe=reg)).attempt.attempt
 
+    def run_many(self, runs: list[tuple[spec_pb.ProbeSpec, tuple[spec_pb.ContainerPort, ...]]],
+                 timeout: float = 30.0) -> list[spec_pb.Attempt]:
+        """One RunOnce per (spec, container ports), all sent at once (the worker runs them concurrently); their
+        attempts in the same order."""
+        pending: dict[int, int] = {}
+        for index, (spec, ports) in enumerate(runs):
+            seq = next(self._seq)
+            reg = worker_pb.ProbeRegistration(type=spec_pb.READINESS, spec=spec,
+                                              container=worker_pb.ContainerRef(ports=ports), sandbox_id=self.sandbox_id)
+            self.channel.send(worker_pb.WorkerRequest(seq=seq, run_once=worker_pb.RunOnce(probe=reg)))
+            pending[seq] = index
+        attempts: list[spec_pb.Attempt | None] = [None] * len(runs)
+        while pending:
+            event = self._recv(timeout)
+            if event.seq not in pending:
+                self.backlog.append(event)
+                continue
+            if event.WhichOneof("msg") == "rejected":
+                raise Rejected(list(event.rejected.errors))
+            attempts[pending.pop(event.seq)] = event.attempt.attempt
+        return attempts
+
     def add(self, reg: worker_pb.ProbeRegistration) -> None:
         if not reg.sandbox_id:
             reg.sandbox_id = self.sandbox_id

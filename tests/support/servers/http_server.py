@@ -1,7 +1,7 @@
 """A configurable HTTP/1.1 server for probe tests: well-behaved routes and hostile ones.
 
 Runs in-process (`HTTPTestServer`, on the caller's event loop) or as a script
-inside a test netns: `python tests/support/servers/http_server.py --host :: --port 0 [--tls]`
+inside a test netns: `python tests/support/servers/http_server.py --host :: --port 0 [--tls | --tls-files CERT KEY]`
 prints `READY <port>` once listening and exits on SIGTERM.
 
 Routes (query parameters in brackets):
@@ -232,7 +232,11 @@ class HTTPTestServer:
 
 async def _main(args: argparse.Namespace) -> int:
     tls = None
-    if args.tls:
+    if args.tls_files:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(*args.tls_files)
+        tls.set_alpn_protocols(["http/1.1"])
+    elif args.tls:
         tls = server_tls_context()
         if tls is None:
             print("NO-TLS neither the cryptography package nor the openssl CLI is available", flush=True)
@@ -249,6 +253,7 @@ def main() -> int:
     parser.add_argument("--host", default="::", help='bind address; "::" is dual stack')
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a self-signed certificate")
+    parser.add_argument("--tls-files", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate")
     return asyncio.run(_main(parser.parse_args()))
 
 
