@@ -4,7 +4,7 @@
                                          [PYTEST_ARGS...]
 
 `make test-matrix` runs it. For each kubelet it builds what is missing (hack/build-kubernetes.sh: kubelet and
-crictl, into the cache the tests read), then runs tests/e2e/test_real_kubelet.py once per runtime the pair
+crictl, into the cache the tests read), then runs the real-kubelet tests (tests/e2e/test_real_kubelet*.py) once per runtime the pair
 supports (Kubernetes 1.35 is the last release that supports containerd 1.x: 1.35 runs on Debian's 1.6 and on
 2.x, 1.36 and 1.37 on 2.x only), and prints one Markdown table, test x (kubelet, containerd), the one the README
 shows. Exits 1 when any cell failed or errored.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from tests.support.containerd_session import DEBIAN_CONTAINERD, DEFAULT_CONTAINERD, Runtime  # noqa: E402
 
 KUBELETS = ("1.35.4", "1.36.3", "1.37.2")
-TESTS = ("tests/e2e/test_real_kubelet.py",)
+TESTS = ("tests/e2e/test_real_kubelet.py", "tests/e2e/test_real_kubelet_answers.py")
 MARKS = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
 
 

@@ -157,43 +157,22 @@ def image_defs(token: str) -> list[ImageDef]:
     ]
 
 
+# Snapshotters and tracing that need what this machine lacks, or that the tests never use.
+_DISABLED_PLUGINS = ("io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp",
+                     "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                     "io.containerd.snapshotter.v1.devmapper")
+_DISABLED_PLUGINS_1 = ("io.containerd.snapshotter.v1.aufs",)
+_DISABLED_PLUGINS_2 = ("io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs",
+                       "io.containerd.snapshotter.v1.blockfile")
+
+
 def containerd_config(session: Session, sandbox_image: str) -> str:
     """The session's config in its runtime's format: version 2 for 1.6, version 3 for 2.x (which 2.x releases
     with a newer format migrate on load)."""
     if session.runtime.major >= 2:
         return containerd2_config(session, sandbox_image)
     s = session
-    return f"""\
-version = 2
-root = "{s.path('root')}"
-state = "{s.path('state')}"
-oom_score = 0
-disabled_plugins = [
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.aufs",
-]
-
-[grpc]
-  address = "{s.address}"
-  max_recv_message_size = {MAX_MESSAGE_BYTES}
-  max_send_message_size = {MAX_MESSAGE_BYTES}
-
-[ttrpc]
-  address = "{s.path('containerd.sock.ttrpc')}"
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{s.path('opt')}"
-
+    return _config_head(s, 2, _DISABLED_PLUGINS + _DISABLED_PLUGINS_1) + f"""
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{sandbox_image}"
   restrict_oom_score_adj = true
@@ -225,43 +204,11 @@ disabled_plugins = [
 def containerd2_config(session: Session, sandbox_image: str) -> str:
     """containerd 2.x: the CRI plugin is split in three (images, runtime, and the gRPC server), the sandbox image is
     a pinned image, CNI takes a list of bin dirs; NRI is on by default, so its socket and plugin dirs are made
-    private; the shim manager is told where the shims' sockets go (no /run/containerd/s), and the runc runtime its own
-release's shim (else the first containerd-shim-runc-v2 on PATH, Debian's 1.6 one, which 2.x cannot start)."""
+    private; the shim manager is told where the shims' sockets go (no /run/containerd/s), and the runc runtime its
+    own release's shim (else the first containerd-shim-runc-v2 on PATH, Debian's 1.6 one, which 2.x cannot start);
+    no drop-in files are imported (2.x reads /etc/containerd/conf.d by default)."""
     s = session
-    return f"""\
-version = 3
-root = "{s.path('root')}"
-state = "{s.path('state')}"
-oom_score = 0
-imports = []
-disabled_plugins = [
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.differ.v1.erofs",
-  "io.containerd.snapshotter.v1.blockfile",
-]
-
-[grpc]
-  address = "{s.address}"
-  max_recv_message_size = {MAX_MESSAGE_BYTES}
-  max_send_message_size = {MAX_MESSAGE_BYTES}
-
-[ttrpc]
-  address = "{s.path('containerd.sock.ttrpc')}"
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{s.path('opt')}"
-
+    return _config_head(s, 3, _DISABLED_PLUGINS + _DISABLED_PLUGINS_2, "imports = []\n") + f"""
 [plugins."io.containerd.shim.v1.manager"]
   socket_dir = "{s.shim_socket_dir}"
 
@@ -306,6 +253,36 @@ disabled_plugins = [
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+"""
+
+
+def _config_head(s: Session, version: int, disabled: tuple[str, ...], top_level: str = "") -> str:
+    """What every containerd release's config says alike: private root, state, sockets and opt dir."""
+    plugins = "".join(f'  "{name}",\n' for name in disabled)
+    return f"""\
+version = {version}
+root = "{s.path('root')}"
+state = "{s.path('state')}"
+oom_score = 0
+{top_level}disabled_plugins = [
+{plugins}]
+
+[grpc]
+  address = "{s.address}"
+  max_recv_message_size = {MAX_MESSAGE_BYTES}
+  max_send_message_size = {MAX_MESSAGE_BYTES}
+
+[ttrpc]
+  address = "{s.path('containerd.sock.ttrpc')}"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{s.path('opt')}"
 """
 
 
