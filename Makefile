@@ -98,7 +98,7 @@ containerd:
 	hack/build-containerd.sh $(CONTAINERD_VERSION)
 
 # The real-kubelet tests against every supported kubelet, each on the runtimes it supports (not part of `make test`:
-# it builds two more kubelets and runs the tests five times); prints one table, version x test.
+# it builds two more kubelets and runs the tests four times); prints one table, test x version.
 test-matrix: system-deps $(VENV)/.installed-test
 	hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null
 	$(PY) hack/test_matrix.py --containerd $(CONTAINERD_VERSION) $(PYTEST_ARGS)
