@@ -63,16 +63,18 @@ class ContainerdRig:
             CriClient,
             Kubelet,
             cri_channel,
+            default_runtime,
             sweep_stale_sessions,
             unavailable_reason,
         )
 
-        reason = unavailable_reason()
+        runtime = default_runtime()  # the tests' first: containerd 2.4.2 unless CONTAINERD_VERSIONS says otherwise
+        reason = unavailable_reason(runtime)
         if reason is not None:
             raise SystemExit(f"containerd benchmark unavailable: {reason}")
         sweep_stale_sessions()
         self.http_port = HTTP_PORT
-        self.env = ContainerdEnv.create()
+        self.env = ContainerdEnv.create(runtime)
         try:
             self.env.start()
             self.busybox = self.env.busybox
