@@ -16,15 +16,16 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s containerd go-binaries test-matrix
+.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s containerd go-binaries test-matrix control-plane
 
 # Kubernetes binaries (hack/build-kubernetes.sh) and containerd 2.x (hack/build-containerd.sh) from the Go module
 # proxy, cached outside the work tree by version. The tests run kubelet K8S_VERSION on containerd CONTAINERD_VERSION
 # (and the containerd tests on Debian's 1.6 too).
 K8S_VERSION ?= 1.37.2
-K8S_BINARIES ?= kubelet crictl
+K8S_BINARIES ?= kubelet crictl kube-apiserver kube-controller-manager kube-scheduler kubectl
+ETCD_VERSION ?= 3.7.0
 CONTAINERD_VERSION ?= 2.4.2
-export K8S_VERSION CONTAINERD_VERSION
+export K8S_VERSION CONTAINERD_VERSION ETCD_VERSION
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +53,8 @@ system-deps:
 # built once into its cache when Go is here; without Go the tests that need them skip and say why.
 go-binaries:
 	@if command -v go >/dev/null; then hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES) >/dev/null && \
-		hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null && hack/build-kubelet-prober.sh >/dev/null; \
+		hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null && hack/build-kubelet-prober.sh >/dev/null && \
+		hack/build-etcd.sh $(ETCD_VERSION) >/dev/null && hack/build-test-workloads.sh >/dev/null; \
 	else echo "no Go: not building kubelet $(K8S_VERSION) nor containerd $(CONTAINERD_VERSION); tests that need them skip"; fi
 
 # pytest exits 5 when it collected no test; that is not a failure of the code.
@@ -96,6 +98,10 @@ k8s:
 
 containerd:
 	hack/build-containerd.sh $(CONTAINERD_VERSION)
+
+# The one-machine cluster's tests alone (tests/e2e/test_control_plane.py; also part of `make test`).
+control-plane: system-deps $(VENV)/.installed-test go-binaries
+	$(PY) -m pytest -q -ra tests/e2e/test_control_plane.py $(PYTEST_ARGS)
 
 # The real-kubelet tests against every supported kubelet, each on the runtimes it supports (not part of `make test`:
 # it builds two more kubelets and runs the tests four times); prints one table, test x version.

@@ -2,7 +2,8 @@
 
 Built with `cryptography` (no hand-made ASN.1): an ECDSA P-256 CA (CA:TRUE, pathlen 0, keyCertSign) and a serving
 certificate it signs for the Service's DNS names (`SERVICE.NAMESPACE.svc` and its longer forms: the API server
-calls a webhook's Service by `SERVICE.NAMESPACE.svc`), serverAuth only. Written as `ca.crt`, `tls.crt` (the
+calls a webhook's Service by `SERVICE.NAMESPACE.svc`), and for IP addresses when asked (a webhook registered by
+`clientConfig.url` with an IP, e.g. one run outside the cluster), serverAuth only. Written as `ca.crt`, `tls.crt` (the
 serving certificate then the CA: the chain), `tls.key` (mode 0600), and `ca-bundle.txt`: the base64 of `ca.crt`,
 the value of every webhook's `clientConfig.caBundle`. The CA's key is not kept: a new pair means a new CA, whose
 bundle goes into the configuration with it (README "Rolling out to a cluster", certificates).
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +45,10 @@ def _name(common_name: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def issue(service: str, namespace: str, days: int = DEFAULT_DAYS,
-          now: datetime.datetime | None = None) -> tuple[bytes, bytes, bytes]:
-    """(CA certificate, serving certificate, serving key), PEM."""
+def issue(service: str, namespace: str, days: int = DEFAULT_DAYS, now: datetime.datetime | None = None,
+          ips: Sequence[str] = ()) -> tuple[bytes, bytes, bytes]:
+    """(CA certificate, serving certificate, serving key), PEM. A malformed address in `ips` raises ValueError."""
+    addresses = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     now = now or datetime.datetime.now(datetime.timezone.utc)
     not_before, not_after = now - CLOCK_SKEW, now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -67,7 +71,7 @@ def issue(service: str, namespace: str, days: int = DEFAULT_DAYS,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=False,
                                          crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names] + addresses), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
@@ -75,8 +79,8 @@ def issue(service: str, namespace: str, days: int = DEFAULT_DAYS,
     return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
 
 
-def write(out_dir: Path, service: str, namespace: str, days: int = DEFAULT_DAYS) -> Written:
-    ca_pem, cert_pem, key_pem = issue(service, namespace, days)
+def write(out_dir: Path, service: str, namespace: str, days: int = DEFAULT_DAYS, ips: Sequence[str] = ()) -> Written:
+    ca_pem, cert_pem, key_pem = issue(service, namespace, days, ips=ips)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = Written(out_dir / "ca.crt", out_dir / "tls.crt", out_dir / "tls.key",
                     base64.b64encode(ca_pem).decode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import ssl
@@ -38,6 +39,9 @@ def add_parser(commands) -> None:
     certs.add_argument("--service", default=DEFAULT_SERVICE, help=f"the webhook's Service (default {DEFAULT_SERVICE})")
     certs.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"its namespace (default {DEFAULT_NAMESPACE})")
     certs.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    certs.add_argument("--ip", action="append", default=[], metavar="ADDRESS",
+                       help="also valid for this IP address (repeatable): for a webhook the API server calls by "
+                            "clientConfig.url with an IP, e.g. one run outside the cluster")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,13 +56,19 @@ def _certs(args) -> int:
     if args.days < 1:
         print("probe-shim: --days must be at least 1", file=sys.stderr)
         return 1
+    for ip in args.ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            print(f"probe-shim: --ip {ip!r}: not an IPv4 or IPv6 address", file=sys.stderr)
+            return 1
     try:
-        written = certs.write(args.out, args.service, args.namespace, args.days)
+        written = certs.write(args.out, args.service, args.namespace, args.days, ips=args.ip)
     except OSError as exc:
         print(f"probe-shim: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"wrote {written.ca_cert}, {written.cert}, {written.key} (for "
-          f"{', '.join(certs.dns_names(args.service, args.namespace)[2:])}); the caBundle "
+          f"{', '.join(certs.dns_names(args.service, args.namespace)[2:] + args.ip)}); the caBundle "
           f"({written.ca_cert.parent / 'ca-bundle.txt'}):\n{written.ca_bundle}")
     return 0
 

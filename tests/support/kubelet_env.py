@@ -112,10 +112,12 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts") -> dict:
-    """A KubeletConfiguration for a standalone kubelet on a test machine: no cgroup hierarchy of its own, no
-    iptables, nothing bound beyond 127.0.0.1, anonymous read access (the tests read /pods and /metrics/probes)."""
-    return {
+def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts", client_ca: Path | None = None) -> dict:
+    """A KubeletConfiguration for a kubelet on a test machine: no cgroup hierarchy of its own, no iptables, nothing
+    bound beyond 127.0.0.1. Standalone (no client_ca): anonymous read access (the tests read /pods and
+    /metrics/probes). Registered with an API server (client_ca, the cluster's CA): its HTTPS port as a cluster's
+    kubelet serves it, x509 and token authentication and the API server's authorization; the read-only port stays."""
+    config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "staticPodPath": str(workdir / "manifests"),
@@ -147,6 +149,11 @@ def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts") -> dict:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
     }
+    if client_ca is not None:
+        config["authentication"] = {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                    "x509": {"clientCAFile": str(client_ca)}}
+        config["authorization"] = {"mode": "Webhook"}
+    return config
 
 
 @dataclass(frozen=True)
@@ -164,13 +171,17 @@ class KubeletPorts:
 
 @dataclass
 class KubeletProcess:
-    """One kubelet in `workdir`, talking CRI to `endpoint`; static pods go into workdir/manifests."""
+    """One kubelet in `workdir`, talking CRI to `endpoint`; static pods go into workdir/manifests. Standalone unless
+    given a kubeconfig (and the cluster's CA): then it registers as Node `node_name` and runs the API's pods too."""
 
     workdir: Path
     endpoint: str
     node_labels: Mapping[str, str] = field(default_factory=dict)
     ports: KubeletPorts = field(default_factory=KubeletPorts.free)
     proc: subprocess.Popen | None = None
+    node_name: str = NODE_NAME
+    kubeconfig: Path | None = None
+    client_ca: Path | None = None
 
     @property
     def manifests(self) -> Path:
@@ -185,13 +196,15 @@ class KubeletProcess:
                     "private/var-log"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         (self.workdir / "kubelet.json").write_text(json.dumps(kubelet_config(self.workdir, self.endpoint,
-                                                                             self.ports), indent=2))
+                                                                             self.ports, self.client_ca), indent=2))
         (self.workdir / "sysctl" / "wanted").write_text("".join(f"{k} {v}\n" for k, v in KERNEL_TUNABLES.items()))
         flags = [f"--config={self.workdir / 'kubelet.json'}", f"--root-dir={self.workdir / 'root'}",
-                 f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={NODE_NAME}", "-v=2",
+                 f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={self.node_name}", "-v=2",
                  # Its events too (client-go record/event.go logs each at V(3)): a standalone kubelet has no API
                  # server to send them to, and the tests read them in its log.
                  "--vmodule=event=3"]
+        if self.kubeconfig is not None:
+            flags.append(f"--kubeconfig={self.kubeconfig}")
         if self.node_labels:
             flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()))
         with open(self.log_path, "ab") as log:

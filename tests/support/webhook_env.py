@@ -21,8 +21,8 @@ HANDSHAKE_TIMEOUT_S = 1.0
 START_TIMEOUT_S = 20
 
 
-def certs(out: Path) -> Path:
-    done = subprocess.run([sys.executable, "-m", "shim.cli", "webhook", "certs", "--out", str(out)],
+def certs(out: Path, *extra: str) -> Path:
+    done = subprocess.run([sys.executable, "-m", "shim.cli", "webhook", "certs", "--out", str(out), *extra],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (out / "ca-bundle.txt").read_text().strip() in done.stdout
@@ -31,8 +31,8 @@ def certs(out: Path) -> Path:
 
 class Webhook:
     def __init__(self, workdir: Path, request_timeout_s: float = REQUEST_TIMEOUT_S,
-                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
-        self.dir = certs(workdir / "certs")
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, cert_args: tuple[str, ...] = ()) -> None:
+        self.dir = certs(workdir / "certs", *cert_args)
         self.port = _free_port()
         self.log = open(workdir / "webhook.log", "wb")
         self.proc = subprocess.Popen(

@@ -14,6 +14,8 @@ import shutil
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import time
 
 import jsonpatch
@@ -23,6 +25,7 @@ import pytest
 from tests.support.webhook_env import (
     HANDSHAKE_TIMEOUT_S, REQUEST_TIMEOUT_S, SERVICE_NAME, ServiceConnection, Webhook, certs, post, review,
 )
+from tests.support.netns_env import REPO_ROOT
 from tests.support.webhook_pods import web_pod
 
 @pytest.fixture
@@ -189,3 +192,16 @@ def test_certs_are_for_the_services_names(tmp_path):
     assert SERVICE_NAME in names and "probe-shim-webhook.probe-shim-system.svc.cluster.local" in names
     assert oct((out / "tls.key").stat().st_mode & 0o777) == "0o600"
     assert base64.b64decode((out / "ca-bundle.txt").read_text()) == (out / "ca.crt").read_bytes()
+
+
+def test_certs_for_ip_addresses_too_and_a_bad_one_refused(tmp_path):
+    out = certs(tmp_path / "c", "--ip", "127.0.0.1", "--ip", "fd00::7")
+    from cryptography import x509
+    cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "fd00::7"]
+    assert SERVICE_NAME in sans.get_values_for_type(x509.DNSName)
+    done = subprocess.run([sys.executable, "-m", "shim.cli", "webhook", "certs", "--out", str(tmp_path / "bad"),
+                           "--ip", "node-1"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "--ip 'node-1': not an IPv4 or IPv6 address" in done.stderr
+    assert not (tmp_path / "bad").exists()
