@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from bench.admission import AdmissionParams
 from bench.bridge_load import BridgeLoadParams
 from bench.node import NodeParams
+from bench.pod_creation import PodCreationParams
 from bench.restart import RestartParams
 from bench.scale import ScaleParams
 
@@ -29,6 +30,7 @@ class Mode:
     restart: RestartParams
     node: NodeParams
     admission: AdmissionParams
+    pod_creation: PodCreationParams
 
 
 QUICK = Mode(
@@ -43,6 +45,7 @@ QUICK = Mode(
     restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
     node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0),
     admission=AdmissionParams(rate=200, window_s=10.0),
+    pod_creation=PodCreationParams(pods=10),
 )
 
 FULL = Mode(
@@ -57,6 +60,7 @@ FULL = Mode(
     restart=RestartParams(sandboxes=250, warmup_s=5.0, steady_s=60.0, settle_s=30.0),
     node=NodeParams(pods=30, warmup_s=5.0, window_s=30.0),
     admission=AdmissionParams(rate=200, window_s=30.0),
+    pod_creation=PodCreationParams(pods=30),
 )
 
 MODES = {m.name: m for m in (QUICK, FULL)}

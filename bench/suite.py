@@ -24,12 +24,15 @@ Scenarios, in this order (bench/<module>.py each):
                 the kubelet's own httpGet, a classic exec probe, the same httpGet bridged; node CPU
                 and the kubelet's, containerd's and the shim's, per probe above no probes
   9. admission  the admission webhook at 200 AdmissionReviews/s (issue 20): latency, CPU, memory
+ 10. pod_creation  pods created on a one-machine cluster (etcd, API server, scheduler, the kubelet through the
+                shim) through the webhook registered from deploy/ and without it: the create request's latency,
+                created to Ready from the API's timestamps and as seen by the client
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
 are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else the
 one `make k8s` builds) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
 alone (scale, scale_strict, latency, spawn, pressure, exec, bridge_load, proxy, restart, node,
-admission), into DIR ending in -only-NAME... The summary ends with issue 22's targets, each met or
+admission, pod_creation), into DIR ending in -only-NAME... The summary ends with issue 22's targets, each met or
 NOT met; bench/ab.py compares two runs (e.g. the code before issue 22 and after) row by row.
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
@@ -60,8 +63,8 @@ sys.path.insert(0, str(REPO_ROOT))
 import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
-    admission, bridge_load, exec_compare, issue22, latency, machine, node, node_report, plots, pressure,
-    proxy_overhead, report, restart, scale, spawn,
+    admission, bridge_load, exec_compare, issue22, latency, machine, node, node_report, plots, pod_creation,
+    pressure, proxy_overhead, report, restart, scale, spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.containerd_rig import ContainerdRig  # noqa: E402
@@ -132,7 +135,7 @@ def containerd_scenarios(mode: Mode, scenarios: dict, wanted: Callable[[str], bo
 
 
 SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "bridge_load", "proxy", "restart",
-             "node", "admission")
+             "node", "admission", "pod_creation")
 
 
 def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset(), before_code: Path | None = None) -> None:
@@ -159,6 +162,8 @@ def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset(), bef
         scenarios["node"] = scenario("node", lambda: node.run(mode.node))
     if wanted("admission"):
         scenarios["admission"] = scenario("admission", lambda: admission.run(mode.admission))
+    if wanted("pod_creation"):
+        scenarios["pod_creation"] = scenario("pod_creation", lambda: pod_creation.run(mode.pod_creation))
 
 
 def leftovers() -> dict:
@@ -212,7 +217,8 @@ def main() -> int:
     results["machine"]["loadavg_at_end"] = machine.loadavg()
     results["leftovers"] = leftovers()
     results["interrupted"] = interrupted
-    general = report.evaluate(results["scenarios"]) + admission.rows(results["scenarios"].get("admission"))
+    general = (report.evaluate(results["scenarios"]) + admission.rows(results["scenarios"].get("admission"))
+               + pod_creation.rows(results["scenarios"].get("pod_creation")))
     node_cost = issue22.rows(results["scenarios"], general)
     # Every row once (issue 22 reuses some of issue 6's): bench/ab.py pairs two runs' rows by figure.
     rows = general + [r for r in node_cost if r not in general]
@@ -231,6 +237,7 @@ def main() -> int:
         node_report.details(results["scenarios"].get("node")),
         issue22.details(results["scenarios"]),
         admission.details(results["scenarios"].get("admission")),
+        pod_creation.details(results["scenarios"].get("pod_creation")),
         "targets (issues 6, 14 and 20)\n" + report.targets_table(general),
         "issue 22 (node cost): every target\n" + report.targets_table(node_cost),
     ] if part)

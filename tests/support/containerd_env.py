@@ -153,6 +153,13 @@ class ContainerdEnv:
             self._wait_image(image)
         return self
 
+    def import_images(self, defs: list) -> None:
+        """More images (tests/support/oci_images.py ImageDefs) into the k8s.io namespace, as the session's own."""
+        layout = write_layout(Path(self.session.path(f"images-{secrets.token_hex(3)}.tar")), defs, self.busybox)
+        self._ctr("images", "import", str(layout))
+        for image in defs:
+            self._wait_image(image.name)
+
     def _spawn(self) -> None:
         with open(self.session.path("containerd.log"), "ab") as log:
             self.proc = subprocess.Popen([self.runtime.binary("containerd"), "--config", self.session.path("config.toml")],

@@ -31,9 +31,10 @@ GRPC_PORT = 9090
 PERIOD_S = 1
 READY_TIMEOUT_S = 90     # a pod's sandbox, containers and first probes on a busy machine
 
-# A CGI script in the served directory: records each hook's query, User-Agent and time (the pod's busybox).
+# A CGI script in the served directory: records each hook's query, User-Agent, time and pod (its hostname is the
+# pod's name) with the pod's busybox.
 RECORD_CGI = """#!/bin/sh
-echo "$QUERY_STRING $HTTP_USER_AGENT $(/bin/busybox date +%s)" >> /www/hooks.log
+echo "$QUERY_STRING $HTTP_USER_AGENT $(/bin/busybox date +%s) $(/bin/busybox hostname)" >> /www/hooks.log
 printf 'Content-Type: text/plain\\r\\n\\r\\nrecorded\\n'
 """
 

@@ -106,6 +106,7 @@ class ImageDef:
     entrypoint: tuple[str, ...]
     cmd: tuple[str, ...] = ()
     extra_files: Mapping[str, bytes] = field(default_factory=dict)  # a second layer when not empty
+    extra_executables: tuple[str, ...] = ()                         # which of extra_files are mode 0755
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ class ImageBlobs:
 
 
 def image_blobs(image: ImageDef, base_layer: bytes, arch: str) -> ImageBlobs:
-    layers = [base_layer] + ([layer_tar(image.extra_files)] if image.extra_files else [])
+    layers = [base_layer] + ([layer_tar(image.extra_files, executables=image.extra_executables)]
+                             if image.extra_files else [])
     config = _json({
         "architecture": arch,
         "os": "linux",
