@@ -69,6 +69,16 @@ def test_the_config_is_standalone_and_binds_nothing_beyond_loopback(tmp_path: Pa
     assert config["address"] == config["healthzBindAddress"] == "127.0.0.1"
     assert (config["readOnlyPort"], config["port"], config["healthzPort"]) == (20265, 20260, 20258)
     assert config["imageGCHighThresholdPercent"] == 100  # the locally imported images must stay
+    assert config["authentication"]["anonymous"]["enabled"] and config["authorization"]["mode"] == "AlwaysAllow"
+
+
+def test_a_registered_kubelet_authenticates_its_clients_as_a_clusters_does(tmp_path: Path):
+    ports = KubeletPorts(read_only=20265, https=20260, healthz=20258)
+    config = kubelet_config(tmp_path, "unix:///run/shim.sock", ports, client_ca=tmp_path / "ca.crt")
+    assert config["authentication"] == {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                        "x509": {"clientCAFile": str(tmp_path / "ca.crt")}}
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["address"] == "127.0.0.1"
 
 
 def test_free_ports_are_distinct():
