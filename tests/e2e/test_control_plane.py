@@ -36,12 +36,12 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import yaml
 
 from cri_proto import probe_service_pb2 as service_pb
+from probe_api.defaults import KUBELET_VERSION as ENGINE_KUBELET_VERSION  # the kubelet the engine follows: 1.37
 from probe_api.rollout import (
     CONVERT_LABEL, DISABLED, NODE_LABEL, NODE_LABEL_VALUE, ORIGINAL_HANDLERS_ANNOTATION, node_selector_requirement,
 )
@@ -117,7 +117,8 @@ def events_of(cluster: Cluster, pod: dict) -> list[dict]:
 
 def bridged_pods(cluster: Cluster, namespace: str = NS) -> set[str]:
     rows = cluster.shim.stub.ProbeStatus(service_pb.ProbeStatusRequest(), timeout=10).probes
-    return {r.labels["io.kubernetes.pod.name"] for r in rows if r.labels.get("io.kubernetes.pod.namespace") == namespace}
+    return {r.labels["io.kubernetes.pod.name"] for r in rows
+            if r.labels.get("io.kubernetes.pod.namespace") == namespace}
 
 
 def hook_records(www) -> list[list[str]]:
@@ -156,8 +157,7 @@ def test_the_shim_node_is_labelled_and_runs_through_the_shim_and_the_plain_node_
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == kubelet_env.KUBELET_VERSION
     # The kubelet's runtime, as it learnt it through the shim's CRI proxy.
-    assert info["containerRuntimeVersion"] == f"containerd://v{cluster.containerd.runtime.version}" or \
-        info["containerRuntimeVersion"].startswith("containerd://")
+    assert info["containerRuntimeVersion"] == f"containerd://{cluster.containerd.runtime.version}"
     plain = cluster.plane.get_json("node", PLAIN_NODE)
     assert node_ready(plain) and NODE_LABEL not in plain["metadata"]["labels"]
     assert not plain["spec"].get("taints")
@@ -209,7 +209,7 @@ def test_a_deployment_is_converted_bound_to_the_shim_node_and_ready_through_it(c
     assert names <= bridged_pods(cluster)
     post_starts = {r[3]: r for r in hook_records(web) if r[0] == "hook=postStart"}
     assert names <= set(post_starts)
-    assert {r[1] for r in post_starts.values()} == {f"kube-lifecycle/{kubelet_env.KUBELET_VERSION[1:].rsplit('.', 1)[0]}"}
+    assert {r[1] for r in post_starts.values()} == {f"kube-lifecycle/{ENGINE_KUBELET_VERSION}"}
 
 
 def test_kubectl_shows_the_webhooks_warning_for_a_probe_of_another_pod(cluster, web):
@@ -274,7 +274,8 @@ def test_a_failing_liveness_probe_restarts_the_container(cluster):
     (pod,) = wait_pods(cluster, "the flaky pod's container restarted", "!app", lambda ps: len(ps) == 1 and any(
         s["restartCount"] >= 1 for s in ps[0]["status"].get("containerStatuses", [])))
     assert converted(pod)
-    messages = {(e["reason"], e["message"]) for e in events_of(cluster, pod) if e["source"].get("component") == "kubelet"}
+    messages = {(e["reason"], e["message"]) for e in events_of(cluster, pod)
+                if e["source"].get("component") == "kubelet"}
     # The kubelet's own texts: prober.go's event with pkg/probe/http's failure, kuberuntime's kill message.
     assert ("Unhealthy", probe_event("Liveness", ProbeVerdict("failure", "HTTP probe failed with statuscode: 404"))
             ) in messages, messages
@@ -348,6 +349,7 @@ def test_the_webhooks_certificate_rotated_while_pods_are_created(cluster):
     pods = cluster.pods(NS, "rotation=yes")
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(created)
     assert [p["metadata"]["name"] for p in pods if not converted(p)] == []
+    wait_pods(cluster, "every pod created during the rotation Ready", "rotation=yes", all_ready(len(created)))
     # The webhook loaded the new pair once, without a restart (read over TLS verified by the new CA).
     assert webhook_metric(webhook, fresh / "ca.crt", "probe_shim_webhook_certificate_reloads_total") == 1.0
     cluster.plane.kubectl("delete", "pods", "-n", NS, "-l", "rotation=yes", "--wait=true", timeout_s=180)
@@ -377,6 +379,14 @@ def test_probectl_convert_reverse_of_a_live_pod_gives_back_its_probes(cluster, w
             assert {h: theirs.get(h) for h in HANDLER_FIELDS} == {h: mine.get(h) for h in HANDLER_FIELDS}, mine["name"]
     assert ORIGINAL_HANDLERS_ANNOTATION not in reversed_pod["metadata"].get("annotations", {})
     assert not affinity_terms(reversed_pod)
+
+
+def test_no_pod_of_the_opted_in_namespace_was_ever_bound_to_the_plain_node(cluster):
+    """Over the whole module: the scheduler's Scheduled event of every pod ever created in the namespace."""
+    scheduled = [e["message"] for e in cluster.plane.get_json("events", "-n", NS)["items"]
+                 if e["reason"] == "Scheduled"]
+    assert len(scheduled) >= 20
+    assert [m for m in scheduled if not m.endswith(f" to {SHIM_NODE}")] == []
 
 
 # --- helpers of the tests above ------------------------------------------------------------------------------------

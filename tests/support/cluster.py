@@ -36,7 +36,7 @@ from probe_api.rollout import CONVERT_LABEL, ENABLED, NODE_LABEL, NODE_LABEL_VAL
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.containerd_session import TCP_PORT
-from tests.support.control_plane import ApiClient, ApiError, ControlPlane, binary
+from tests.support.control_plane import ApiClient, ApiError, ControlPlane
 from tests.support.daemon_env import DaemonProcess
 from tests.support.kubelet_env import KubeletProcess
 from tests.support.kubelet_node import RECORD_CGI

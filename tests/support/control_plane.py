@@ -269,7 +269,9 @@ class ControlPlane:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout_s: float = KUBECTL_TIMEOUT_S) -> subprocess.CompletedProcess:
         """kubectl as the cluster's admin (system:masters), as a user runs it."""
-        done = subprocess.run([str(binary("kubectl")), f"--kubeconfig={self.kubeconfig_path('admin')}", *args],
+        # Its discovery cache in the cluster's directory, not ~/.kube/cache.
+        done = subprocess.run([str(binary("kubectl")), f"--kubeconfig={self.kubeconfig_path('admin')}",
+                               f"--cache-dir={self.workdir / 'kubectl-cache'}", *args],
                               input=input, capture_output=True, text=True, timeout=timeout_s)
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
