@@ -110,7 +110,7 @@ def run_phase(cluster: Cluster, phase: str, params: PodCreationParams) -> dict:
     }
     cluster.plane.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period=1", "--wait=true",
                           timeout_s=params.ready_timeout_s)
-    cluster.wait_for("every bench pod's sandbox gone", lambda: not cluster.containerd.cri.list_sandboxes(),
+    cluster.wait_for("every bench pod's sandbox stopped", lambda: not cluster.running_sandboxes(),
                      params.ready_timeout_s)
     return result
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.rollout import CONVERT_LABEL, ENABLED, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
@@ -235,6 +236,11 @@ class Cluster:
                 raise AssertionError(f"no {what} within {timeout_s:g}s\n{self.diagnostics()}")
             time.sleep(POLL_S)  # the API has watches, but a poll of its state is what a test asserts on
 
+    def running_sandboxes(self) -> list[str]:
+        """The pod sandboxes containerd runs (the kubelet stops a deleted pod's at once, and removes it only at its
+        next garbage collection, a minute later)."""
+        return [s.metadata.name for s in self.containerd.cri.list_sandboxes() if s.state == cri_pb.SANDBOX_READY]
+
     def pods(self, namespace: str, selector: str | None = None) -> list[dict]:
         args = ["pods", "-n", namespace] + (["-l", selector] if selector else [])
         return self.plane.get_json(*args)["items"]
@@ -260,7 +266,7 @@ class Cluster:
                 self.plane.kubectl("delete", kind, "--all", "--all-namespaces", "--grace-period=1", "--wait=false",
                                    check=False)
             try:
-                self.wait_for("every pod sandbox gone", lambda: not self.containerd.cri.list_sandboxes(), 120)
+                self.wait_for("every pod sandbox stopped", lambda: not self.running_sandboxes(), 120)
             except AssertionError as exc:
                 problems.append(str(exc)[:2000])
             code = self.kubelet.stop()
