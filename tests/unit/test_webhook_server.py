@@ -92,8 +92,9 @@ def test_a_10_mib_body_is_refused_before_it_is_read(webhook):
     conn = webhook.connection()
     conn.putrequest("POST", "/mutate")
     conn.putheader("Content-Length", str(10 * 1024 * 1024))
+    # No byte of the body is sent: the answer comes from the head alone (sending a part raced the server's early
+    # answer and close: a reset that could discard the 413 before it was read).
     conn.endheaders()
-    conn.send(b"x" * 65536)  # a first part; the answer comes without the rest
     answer = conn.getresponse()
     assert answer.status == 413 and b"larger than" in answer.read()
     # Chunked, without a length: cut once past the limit.
