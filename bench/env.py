@@ -14,6 +14,7 @@ import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from bench.procstats import zygote_pid
 from bench.targets import GRPC_PORT, HTTP_PORT, TCP_PORT, TargetProcess
@@ -23,6 +24,15 @@ from tests.support.daemon_env import DaemonProcess
 from tests.support.netns_env import PodNetns
 
 PORTS = (HTTP_PORT, TCP_PORT, GRPC_PORT)
+
+
+class Unavailable(Exception):
+    """What this machine lacks for a scenario (containerd, a kubelet): the scenario is reported skipped with it."""
+
+
+def unavailable(reason: str) -> NoReturn:
+    """The `unavailable` callback of tests/support's rigs (running_containerd), for a scenario: raises Unavailable."""
+    raise Unavailable(reason)
 # Generous limits: the suite registers 3 probes in each of 250 sandboxes and 60 in one.
 CONFIG_TOML = "max_probes_per_sandbox = 1024\nmax_probes_total = 8192\n"
 

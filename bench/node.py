@@ -29,6 +29,7 @@ import grpc
 import psutil
 import yaml
 
+from bench import env
 from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
 from probectl.convert import convert
 from tests.support import kubelet_env
@@ -201,13 +202,9 @@ def run(params: NodeParams) -> dict:
     reason = kubelet_env.unavailable_reason()
     if reason is not None:
         return {"skipped": reason}
-
-    def unavailable(why: str):
-        raise _Unavailable(why)
-
     try:
         with contextlib.ExitStack() as stack:
-            containerd = stack.enter_context(running_containerd(unavailable=unavailable))
+            containerd = stack.enter_context(running_containerd(unavailable=env.unavailable))
             workdir = Path(containerd.session.path("node-bench"))
             (workdir / "shim").mkdir(parents=True)
             shim = DaemonProcess(workdir / "shim", ["--runtime-endpoint", containerd.endpoint,
@@ -219,13 +216,9 @@ def run(params: NodeParams) -> dict:
             rig = Rig(containerd, shim, kubelet)
             stack.callback(rig.clear, params.ready_timeout_s)
             phases = {phase: run_phase(rig, phase, params) for phase in PHASES}
-    except _Unavailable as exc:
+    except env.Unavailable as exc:
         return {"skipped": str(exc)}
     for phase in PROBED:
         phases[phase]["per_probe_ms"] = per_probe_ms(phases[phase], phases["none"])
     return {"pods": params.pods, "period_s": 1, "kubelet": kubelet_env.KUBELET_VERSION,
             "containerd": containerd.runtime.version, "phases": phases}
-
-
-class _Unavailable(Exception):
-    pass

@@ -23,6 +23,7 @@ import datetime
 import time
 from dataclasses import dataclass
 
+from bench import env
 from bench.stats import summarize
 from tests.support import control_plane, kubelet_env
 from tests.support.cluster import SHIM_NODE, Cluster, opted_in_namespace, pod_ready
@@ -127,13 +128,9 @@ def run(params: PodCreationParams) -> dict:
     for reason in (kubelet_env.unavailable_reason(), control_plane.unavailable_reason()):
         if reason is not None:
             return {"skipped": reason}
-
-    def unavailable(why: str):
-        raise _Unavailable(why)
-
     try:
         with contextlib.ExitStack() as stack:
-            containerd = stack.enter_context(running_containerd(unavailable=unavailable))
+            containerd = stack.enter_context(running_containerd(unavailable=env.unavailable))
             cluster = Cluster.start(containerd)
             stack.callback(cluster.stop)
             cluster.start_webhook()
@@ -143,7 +140,7 @@ def run(params: PodCreationParams) -> dict:
             phases = {"webhook": run_phase(cluster, "webhook", params)}
             cluster.plane.kubectl("delete", "mutatingwebhookconfiguration", "probe-shim")
             phases["no_webhook"] = run_phase(cluster, "no_webhook", params)
-    except _Unavailable as exc:
+    except env.Unavailable as exc:
         return {"skipped": str(exc)}
     return {"pods": params.pods, "interval_s": params.interval_s, "kubernetes": kubelet_env.KUBELET_VERSION,
             "containerd": containerd.runtime.version, "phases": phases}
@@ -154,10 +151,6 @@ def _has_default_account(cluster: Cluster) -> bool:
         cluster.plane.api().get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
         return True
     return False
-
-
-class _Unavailable(Exception):
-    pass
 
 
 # --- its rows in the suite's tables (pure) ---------------------------------------------------------------------------

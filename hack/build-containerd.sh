@@ -12,6 +12,8 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/containerd)/vVERSION/. A complete set already there is not built
 # again. The script prints that directory last. Go and the module proxy are all it needs.
 set -euo pipefail
+# shellcheck source=hack/lib/binary-cache.sh
+. "$(dirname "$0")/lib/binary-cache.sh"
 
 version=${1:?usage: hack/build-containerd.sh VERSION (e.g. 2.4.2)}
 case $version in
@@ -23,13 +25,7 @@ cache=${CONTAINERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/con
 out=$cache/v$version
 binaries=(containerd containerd-shim-runc-v2 ctr)
 
-complete=yes
-for binary in "${binaries[@]}"; do [ -x "$out/$binary" ] || complete=no; done
-if [ $complete = yes ]; then
-  echo "hack/build-containerd.sh: $out is there" >&2
-  echo "$out"
-  exit 0
-fi
+exit_if_built "$out" "${binaries[@]}"
 
 started=$(date +%s)
 mkdir -p "$out"
@@ -41,8 +37,6 @@ module=github.com/containerd/containerd/v2
  CGO_ENABLED=0 go build -mod=mod -trimpath -tags "no_btrfs no_devmapper no_zfs" \
    -ldflags "-s -w -X $module/version.Version=v$version -X $module/version.Revision=module-proxy" \
    -o "$work/bin/" "$module/cmd/containerd" "$module/cmd/containerd-shim-runc-v2" "$module/cmd/ctr")
-for binary in "${binaries[@]}"; do
-  mv "$work/bin/$binary" "$out/$binary.partial" && mv "$out/$binary.partial" "$out/$binary"  # whole binaries only
-done
+install_set "$work/bin" "$out" "${binaries[@]}"
 echo "hack/build-containerd.sh: built containerd v$version in $(( $(date +%s) - started )) s" >&2
 echo "$out"

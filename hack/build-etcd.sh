@@ -11,6 +11,8 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/etcd)/vVERSION/. A complete set already there is not built again.
 # The script prints that directory last. Go and the module proxy are all it needs.
 set -euo pipefail
+# shellcheck source=hack/lib/binary-cache.sh
+. "$(dirname "$0")/lib/binary-cache.sh"
 
 version=${1:?usage: hack/build-etcd.sh VERSION (e.g. 3.7.0)}
 case $version in
@@ -21,13 +23,7 @@ cache=${ETCD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/etcd}
 out=$cache/v$version
 binaries=(etcd etcdctl)
 
-complete=yes
-for binary in "${binaries[@]}"; do [ -x "$out/$binary" ] || complete=no; done
-if [ $complete = yes ]; then
-  echo "hack/build-etcd.sh: $out is there" >&2
-  echo "$out"
-  exit 0
-fi
+exit_if_built "$out" "${binaries[@]}"
 
 started=$(date +%s)
 mkdir -p "$out"
@@ -37,8 +33,6 @@ trap 'rm -rf "$work"' EXIT
  go get "go.etcd.io/etcd/server/v3@v$version" "go.etcd.io/etcd/etcdctl/v3@v$version" >/dev/null 2>&1 &&
  CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3 &&
  CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3)
-for binary in "${binaries[@]}"; do
-  mv "$work/bin/$binary" "$out/$binary.partial" && mv "$out/$binary.partial" "$out/$binary"  # whole binaries only
-done
+install_set "$work/bin" "$out" "${binaries[@]}"
 echo "hack/build-etcd.sh: built etcd v$version in $(( $(date +%s) - started )) s" >&2
 echo "$out"
