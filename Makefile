@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := iproute2 openssl systemd containerd runc containernetworking-plugins busybox-static
+APT_PACKAGES := iproute2 openssl systemd containerd runc containernetworking-plugins busybox-static patch
 PYTEST_ARGS ?=
 
 # Root can use the real paths; anyone else gets a local ./run directory.

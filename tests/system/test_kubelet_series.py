@@ -1,0 +1,50 @@
+"""The kubelet patch series (kubelet/: KEP-4559's option 5 behind the CRIProbeDelegation gate) against its release.
+
+`hack/build-kubelet-delegating.sh --source` writes k8s.io/kubernetes's own source (from the Go module cache, as the
+module proxy serves it) with every patch applied exactly (`patch --fuzz=0`): a series that no longer applies to
+kubelet/VERSION fails here first. Each patch carries its subject as `git format-patch` writes it. Without Go the
+tests skip and say why; the first run downloads the module (about 30 MB).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.support.netns_env import REPO_ROOT
+
+SERIES = REPO_ROOT / "kubelet"
+BUILD = REPO_ROOT / "hack" / "build-kubelet-delegating.sh"
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    if shutil.which("go") is None:
+        pytest.skip("needs Go (and the Go module proxy) for k8s.io/kubernetes's source")
+    source = tmp_path_factory.mktemp("kubernetes")
+    done = subprocess.run([str(BUILD), "--source", str(source)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return source
+
+
+def test_every_patch_has_a_subject_and_touches_files():
+    patches = sorted((SERIES / "patches").glob("*.patch"))
+    assert patches and [p.name[:4] for p in patches] == [f"{n:04d}" for n in range(1, len(patches) + 1)]
+    for patch in patches:
+        text = patch.read_text()
+        assert re.match(r"Subject: \[PATCH\] \S", text), patch.name
+        assert "\ndiff --git a/" in text and "\n+++ b/" in text, patch.name
+
+
+def test_the_series_applies_to_its_release_and_adds_the_gate_as_alpha(patched):
+    features = (patched / "pkg" / "features" / "kube_features.go").read_text()
+    assert 'CRIProbeDelegation featuregate.Feature = "CRIProbeDelegation"' in features
+    spec = features[features.index("\tCRIProbeDelegation: {\n"):]
+    assert spec.splitlines()[1].strip() == ('{Version: version.MustParse("1.37"), Default: false, '
+                                            'PreRelease: featuregate.Alpha},')
+    listed = (patched / "test" / "compatibility_lifecycle" / "reference" / "versioned_feature_list.yaml").read_text()
+    assert "- name: CRIProbeDelegation\n" in listed
+    assert (SERIES / "VERSION").read_text().strip() == "1.37.2"
