@@ -21,7 +21,7 @@ series=$(cd "$here/../kubelet" && pwd)
 
 version=$(cat "$series/VERSION")
 patches=("$series"/patches/*.patch)
-hash=$(cat "${patches[@]}" | sha256sum | cut -c1-12)
+hash=$(cat "${patches[@]}" "$0" | sha256sum | cut -c1-12)  # the series and how it is built
 cache=${K8S_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cri-probe-shim/kubernetes}
 out=$cache/v$version-delegating-$hash
 
@@ -36,6 +36,12 @@ patched_source() {
   [ -d "$module" ] || { echo "hack/build-kubelet-delegating.sh: no source for k8s.io/kubernetes@v$version" >&2; return 1; }
   mkdir -p "$dir"
   cp -R "$module/." "$dir/"
+  # The module has no staging tree; the series changes cri-api where upstream keeps it, so its published release
+  # goes there first (the bytes k8s.io/kubernetes is built with otherwise).
+  module=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/cri-api@$(staging_version)" |
+           sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  mkdir -p "$dir/staging/src/k8s.io/cri-api"
+  cp -R "$module/." "$dir/staging/src/k8s.io/cri-api/"
   chmod -R u+w "$dir"
   for patch in "${patches[@]}"; do
     patch -d "$dir" -p1 --fuzz=0 --no-backup-if-mismatch --quiet <"$patch" ||
@@ -43,13 +49,21 @@ patched_source() {
   done
 }
 
+staging_version() {
+  # The published version of the staging modules for VERSION: v0.MINOR.PATCH.
+  local minor=${version#*.}
+  echo "v0.${minor%%.*}.${version##*.}"
+}
+
 build_module() {
-  # build_module DIR SOURCE: a module that requires k8s.io/kubernetes, replaced by SOURCE.
+  # build_module DIR SOURCE: a module that requires k8s.io/kubernetes, replaced by SOURCE, and cri-api by SOURCE's
+  # staging copy (the other staging modules by their published versions, as hack/build-kubernetes.sh builds).
   local dir=$1 source=$2
   mkdir -p "$dir"
   (cd "$dir" && go mod init cri-probe-shim.local/build-kubelet-delegating >/dev/null 2>&1)
-  (cd "$dir" && kubernetes_requirements "$version") >>"$dir/go.mod"
+  (cd "$dir" && kubernetes_requirements "$version") | grep -v '^[[:space:]]*k8s.io/cri-api =>' >>"$dir/go.mod"
   echo "replace k8s.io/kubernetes => $source" >>"$dir/go.mod"
+  echo "replace k8s.io/cri-api => $source/staging/src/k8s.io/cri-api" >>"$dir/go.mod"
 }
 
 case ${1:-} in

@@ -3,7 +3,8 @@
 `hack/build-kubelet-delegating.sh --source` writes k8s.io/kubernetes's own source (from the Go module cache, as the
 module proxy serves it) with every patch applied exactly (`patch --fuzz=0`): a series that no longer applies to
 kubelet/VERSION fails here first. Each patch carries its subject as `git format-patch` writes it. Without Go the
-tests skip and say why; the first run downloads the module (about 30 MB).
+tests skip and say why; the first run downloads the module (about 30 MB). The series carries the Go stubs of the
+ProbeService (patch 0002, in cri-api): they must be what hack/generate-go-probe-api.sh makes of today's protos.
 """
 
 from __future__ import annotations
@@ -48,3 +49,15 @@ def test_the_series_applies_to_its_release_and_adds_the_gate_as_alpha(patched):
     listed = (patched / "test" / "compatibility_lifecycle" / "reference" / "versioned_feature_list.yaml").read_text()
     assert "- name: CRIProbeDelegation\n" in listed
     assert (SERIES / "VERSION").read_text().strip() == "1.37.2"
+
+
+def test_the_go_stubs_the_series_carries_are_generated_from_todays_protos(patched, tmp_path):
+    done = subprocess.run([str(REPO_ROOT / "hack" / "generate-go-probe-api.sh"), str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    carried = patched / "staging" / "src" / "k8s.io" / "cri-api" / "pkg" / "apis" / "runtime" / "probe" / "v1alpha1"
+    fresh = sorted(p.name for p in tmp_path.glob("*.go"))
+    assert fresh == ["probe_service.pb.go", "probe_service_grpc.pb.go", "probe_spec.pb.go"]
+    for name in fresh:
+        assert (carried / name).read_text() == (tmp_path / name).read_text(), (
+            f"{name} drifted from cri_proto/: regenerate it into the series (kubelet/README.md says how)")
