@@ -48,13 +48,15 @@ system-deps:
 		fi; \
 	else echo "not root or no apt-get: not installing $(APT_PACKAGES); tests that need them skip"; fi
 
-# What the tests run that only Go builds: kubelet and crictl (K8S_VERSION), containerd (CONTAINERD_VERSION) and the
-# reference prober (kubelet 1.37.2's pkg/probe, tests/reference/kubelet_prober), each
+# What the tests run that only Go builds: kubelet, crictl and the control plane (K8S_VERSION), containerd
+# (CONTAINERD_VERSION), etcd, the reference prober (kubelet 1.37.2's pkg/probe, tests/reference/kubelet_prober), the
+# test workloads and the delegating kubelet (kubelet/: the patch series on 1.37.2), each
 # built once into its cache when Go is here; without Go the tests that need them skip and say why.
 go-binaries:
 	@if command -v go >/dev/null; then hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_BINARIES) >/dev/null && \
 		hack/build-containerd.sh $(CONTAINERD_VERSION) >/dev/null && hack/build-kubelet-prober.sh >/dev/null && \
-		hack/build-etcd.sh $(ETCD_VERSION) >/dev/null && hack/build-test-workloads.sh >/dev/null; \
+		hack/build-etcd.sh $(ETCD_VERSION) >/dev/null && hack/build-test-workloads.sh >/dev/null && \
+		hack/build-kubelet-delegating.sh >/dev/null; \
 	else echo "no Go: not building kubelet $(K8S_VERSION) nor containerd $(CONTAINERD_VERSION); tests that need them skip"; fi
 
 # pytest exits 5 when it collected no test; that is not a failure of the code.

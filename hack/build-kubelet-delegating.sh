@@ -5,6 +5,7 @@
 #   hack/build-kubelet-delegating.sh                 # build it unless built from these patches; print its path
 #   hack/build-kubelet-delegating.sh --source DIR    # only write the patched source tree to DIR (review, go test)
 #   hack/build-kubelet-delegating.sh --test          # go test the packages the series touches, patched
+#   hack/build-kubelet-delegating.sh --path          # where the build of this series is (or goes), built or not
 #
 # The series is written against VERSION (kubelet/VERSION, 1.37.2). The source is the module's, as the module proxy
 # serves it (the same bytes hack/build-kubernetes.sh builds); it is copied, patched with `patch -p1` (every hunk must
@@ -67,6 +68,9 @@ build_module() {
 }
 
 case ${1:-} in
+  --path)
+    echo "$out/kubelet"
+    exit 0 ;;
   --source)
     patched_source "${2:?usage: hack/build-kubelet-delegating.sh --source DIR}"
     exit 0 ;;

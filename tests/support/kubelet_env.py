@@ -112,7 +112,8 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts", client_ca: Path | None = None) -> dict:
+def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts", client_ca: Path | None = None,
+                   feature_gates: Mapping[str, bool] | None = None) -> dict:
     """A KubeletConfiguration for a kubelet on a test machine: no cgroup hierarchy of its own, no iptables, nothing
     bound beyond 127.0.0.1. Standalone (no client_ca): anonymous read access (the tests read /pods and
     /metrics/probes). Registered with an API server (client_ca, the cluster's CA): its HTTPS port as a cluster's
@@ -149,6 +150,8 @@ def kubelet_config(workdir: Path, endpoint: str, ports: "KubeletPorts", client_c
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
     }
+    if feature_gates:
+        config["featureGates"] = dict(feature_gates)
     if client_ca is not None:
         config["authentication"] = {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                     "x509": {"clientCAFile": str(client_ca)}}
@@ -182,6 +185,8 @@ class KubeletProcess:
     node_name: str = NODE_NAME
     kubeconfig: Path | None = None
     client_ca: Path | None = None
+    binary: Path | None = None          # another build (the delegating kubelet), else kubelet_binary()
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def manifests(self) -> Path:
@@ -196,7 +201,8 @@ class KubeletProcess:
                     "private/var-log"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         (self.workdir / "kubelet.json").write_text(json.dumps(kubelet_config(self.workdir, self.endpoint,
-                                                                             self.ports, self.client_ca), indent=2))
+                                                                             self.ports, self.client_ca,
+                                                                             self.feature_gates), indent=2))
         (self.workdir / "sysctl" / "wanted").write_text("".join(f"{k} {v}\n" for k, v in KERNEL_TUNABLES.items()))
         flags = [f"--config={self.workdir / 'kubelet.json'}", f"--root-dir={self.workdir / 'root'}",
                  f"--cert-dir={self.workdir / 'root' / 'pki'}", f"--hostname-override={self.node_name}", "-v=2",
@@ -210,7 +216,7 @@ class KubeletProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", _PRIVATE_MOUNTS, "kubelet",
-                 str(self.workdir), str(kubelet_binary()), *flags],
+                 str(self.workdir), str(self.binary or kubelet_binary()), *flags],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._healthy():
