@@ -5,6 +5,7 @@ module proxy serves it) with every patch applied exactly (`patch --fuzz=0`): a s
 kubelet/VERSION fails here first. Each patch carries its subject as `git format-patch` writes it. Without Go the
 tests skip and say why; the first run downloads the module (about 30 MB). The series carries the Go stubs of the
 ProbeService (patch 0002, in cri-api): they must be what hack/generate-go-probe-api.sh makes of today's protos.
+The packages the series adds or changes pass their own `go test` (kubelet/TESTED), patched.
 """
 
 from __future__ import annotations
@@ -61,3 +62,12 @@ def test_the_go_stubs_the_series_carries_are_generated_from_todays_protos(patche
     for name in fresh:
         assert (carried / name).read_text() == (tmp_path / name).read_text(), (
             f"{name} drifted from cri_proto/: regenerate it into the series (kubelet/README.md says how)")
+
+
+def test_the_patched_packages_pass_their_go_tests(patched):
+    """`go test` of the packages the series adds or changes (kubelet/TESTED), the patched source as built."""
+    done = subprocess.run([str(BUILD), "--test"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    tested = [line for line in (SERIES / "TESTED").read_text().splitlines() if line and not line.startswith("#")]
+    for package in tested:
+        assert re.search(rf"^(ok|\?)\s+{re.escape(package)}\s", done.stdout, re.MULTILINE), (package, done.stdout)
