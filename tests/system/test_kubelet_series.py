@@ -18,6 +18,9 @@ import pytest
 
 from tests.support.netns_env import REPO_ROOT
 
+# A machine's first run downloads k8s.io/kubernetes and compiles the packages' tests and the protoc plugins.
+pytestmark = pytest.mark.timeout(1200)
+
 SERIES = REPO_ROOT / "kubelet"
 BUILD = REPO_ROOT / "hack" / "build-kubelet-delegating.sh"
 
