@@ -1,4 +1,4 @@
-"""The one-machine cluster of tests/e2e/test_control_plane.py and the benchmark's admission scenario: the control
+"""The one-machine cluster of tests/e2e/test_control_plane.py and the benchmark's pod_creation scenario: the control
 plane (tests/support/control_plane.py), a shim in front of the suite's containerd, a real kubelet registered as Node
 `node1` through the shim with the node label the kubelet drop-in sets, a second Node without it, and the admission
 webhook as a host process registered from deploy/.
@@ -42,12 +42,11 @@ from tests.support.daemon_env import DaemonProcess
 from tests.support.kubelet_env import KubeletProcess
 from tests.support.kubelet_node import RECORD_CGI
 from tests.support.netns_env import REPO_ROOT
-from tests.support.oci_images import ImageDef
+from tests.support.oci_images import ImageDef, go_arch
 from tests.support.webhook_env import Webhook
 
 SHIM_NODE = "node1"
 PLAIN_NODE = "plain-node"
-WEBHOOK_NAMESPACE = "probe-shim-system"
 HTTP_PORT, LOCAL_PORT, GRPC_PORT = 8080, 8081, 9090
 HEARTBEAT_S = 10.0          # a kubelet renews its Lease every 10 s (a quarter of its 40 s duration)
 LEASE_DURATION_S = 40
@@ -87,7 +86,7 @@ def plain_node_status() -> dict:
                         "message": "kept Ready by the test (no kubelet behind this Node)",
                         "lastHeartbeatTime": now_seconds(), "lastTransitionTime": now_seconds()}],
         "nodeInfo": {"kubeletVersion": kubelet_env.KUBELET_VERSION, "operatingSystem": "linux",
-                     "architecture": "amd64"}}}
+                     "architecture": go_arch()}}}
 
 
 @dataclass
@@ -104,7 +103,7 @@ class NodeHeartbeat:
     def start(self) -> "NodeHeartbeat":
         self.api.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": self.name, "labels": {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                                          "kubernetes.io/arch": "amd64"}}})
+                                          "kubernetes.io/arch": go_arch()}}})
         self.api.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name},
             "spec": {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_S,
