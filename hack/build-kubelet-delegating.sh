@@ -32,15 +32,13 @@ trap 'rm -rf "$work"' EXIT
 patched_source() {
   # patched_source DIR: k8s.io/kubernetes@vVERSION's source in DIR with the series applied.
   local dir=$1 module patch
-  module=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$version" |
-           sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  module=$(module_download "k8s.io/kubernetes@v$version" Dir)
   [ -d "$module" ] || { echo "hack/build-kubelet-delegating.sh: no source for k8s.io/kubernetes@v$version" >&2; return 1; }
   mkdir -p "$dir"
   cp -R "$module/." "$dir/"
   # The module has no staging tree; the series changes cri-api where upstream keeps it, so its published release
   # goes there first (the bytes k8s.io/kubernetes is built with otherwise).
-  module=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/cri-api@$(staging_version)" |
-           sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  module=$(module_download "k8s.io/cri-api@$(staging_version)" Dir)
   mkdir -p "$dir/staging/src/k8s.io/cri-api"
   cp -R "$module/." "$dir/staging/src/k8s.io/cri-api/"
   chmod -R u+w "$dir"

@@ -5,11 +5,16 @@
 # go.mod. The upstream version is stamped as hack/lib/version.sh stamps it, so that component-base's version.Get()
 # (the kubelet's `--version`, the probers' User-Agent kube-probe/MAJOR.MINOR) says vVERSION.
 
+# module_download MODULE@VERSION FIELD: a field of `go mod download -json` (GoMod: its go.mod, Dir: its source),
+# the module downloaded into the module cache first.
+module_download() {
+  GOFLAGS=-mod=mod go mod download -json "$1" | sed -n "s/^[[:space:]]*\"$2\": \"\\(.*\\)\",\\{0,1\\}\$/\\1/p"
+}
+
 # kubernetes_gomod VERSION: the path of k8s.io/kubernetes@vVERSION's go.mod (downloaded into the module cache).
 kubernetes_gomod() {
   local modfile
-  modfile=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$1" |
-            sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  modfile=$(module_download "k8s.io/kubernetes@v$1" GoMod)
   [ -f "$modfile" ] || { echo "kubernetes_gomod: no go.mod for k8s.io/kubernetes@v$1" >&2; return 1; }
   echo "$modfile"
 }

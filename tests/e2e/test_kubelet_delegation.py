@@ -51,7 +51,7 @@ def node(containerd: ContainerdEnv):
     workdir = Path(tempfile.mkdtemp(prefix="delegation-", dir=containerd.session.path()))
     (workdir / "shim").mkdir()
     shim = DaemonProcess(workdir / "shim", ["--runtime-endpoint", containerd.endpoint]).start()
-    yield workdir, shim, binary
+    yield workdir, shim, binary, containerd.endpoint
     assert shim.stop() == 0
 
 
@@ -68,7 +68,7 @@ def wait_logged(kubelet: KubeletProcess, text: str) -> str:
 
 
 def test_with_the_gate_on_the_kubelet_finds_the_shims_probe_service(node):
-    workdir, shim, binary = node
+    workdir, shim, binary, _ = node
     kubelet = run_kubelet(workdir / "through-shim", f"unix://{shim.socket_path}", binary, GATE)
     try:
         line = wait_logged(kubelet, FOUND)
@@ -80,8 +80,8 @@ def test_with_the_gate_on_the_kubelet_finds_the_shims_probe_service(node):
 
 
 def test_with_the_gate_on_straight_to_containerd_the_kubelet_probes_itself(node):
-    workdir, shim, binary = node
-    kubelet = run_kubelet(workdir / "straight", node_containerd_endpoint(shim), binary, GATE)
+    workdir, _, binary, containerd_endpoint = node
+    kubelet = run_kubelet(workdir / "straight", containerd_endpoint, binary, GATE)
     try:
         wait_logged(kubelet, NOT_SERVED)
         assert FOUND not in kubelet.log_text()
@@ -90,7 +90,7 @@ def test_with_the_gate_on_straight_to_containerd_the_kubelet_probes_itself(node)
 
 
 def test_with_the_gate_off_the_kubelet_never_asks(node):
-    workdir, shim, binary = node
+    workdir, shim, binary, _ = node
     kubelet = run_kubelet(workdir / "gate-off", f"unix://{shim.socket_path}", binary, {})
     try:
         # Up and syncing (its healthz answered in start()); a discovery would have been logged at once.
@@ -99,6 +99,3 @@ def test_with_the_gate_off_the_kubelet_never_asks(node):
     finally:
         assert kubelet.stop() == 0
 
-
-def node_containerd_endpoint(shim: DaemonProcess) -> str:
-    return shim.extra_args[shim.extra_args.index("--runtime-endpoint") + 1]

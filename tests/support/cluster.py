@@ -40,7 +40,7 @@ from tests.support.containerd_session import TCP_PORT
 from tests.support.control_plane import ApiClient, ApiError, ControlPlane
 from tests.support.daemon_env import DaemonProcess
 from tests.support.kubelet_env import KubeletProcess
-from tests.support.kubelet_node import RECORD_CGI
+from tests.support.kubelet_node import http_get, probe
 from tests.support.netns_env import REPO_ROOT
 from tests.support.oci_images import ImageDef, go_arch
 from tests.support.webhook_env import Webhook
@@ -91,8 +91,8 @@ def plain_node_status() -> dict:
 
 @dataclass
 class NodeHeartbeat:
-    """Keeps a kubelet-less Node Ready: its status once, then its Lease renewed every HEARTBEAT_S (the node
-    lifecycle controller marks a Node Unknown and taints it when neither is fresh)."""
+    """Keeps a kubelet-less Node Ready as a kubelet does: its Ready status and its Lease renewed every HEARTBEAT_S
+    (the node lifecycle controller marks a Node Unknown and taints it when neither is fresh)."""
 
     api: ApiClient
     name: str
@@ -302,24 +302,6 @@ def pod_ready(pod: dict) -> bool:
 
 def opted_in_namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {CONVERT_LABEL: ENABLED}}}
-
-
-def www_dir(root: Path, name: str) -> Path:
-    """A directory a pod's httpd serves (a hostPath): healthz and the hook-recording CGI script."""
-    path = root / "www" / name
-    (path / "cgi-bin").mkdir(parents=True, exist_ok=True)
-    (path / "healthz").write_text("ok\n")
-    (path / "cgi-bin" / "record").write_text(RECORD_CGI)
-    (path / "cgi-bin" / "record").chmod(0o755)
-    return path
-
-
-def probe(handler: dict, **timing) -> dict:
-    return {**handler, "periodSeconds": 1, **timing}
-
-
-def http_get(port: int, path: str = "/healthz", **fields) -> dict:
-    return {"httpGet": {"path": path, "port": port, **fields}}
 
 
 def web_pod_spec(images: dict[str, str], www: Path, *, grace_s: int = 5) -> dict:

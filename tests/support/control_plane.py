@@ -23,7 +23,8 @@ import signal
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,34 +169,30 @@ class ApiClient:
             self._context.load_cert_chain(str(self.cert), str(self.key))
         return self._context
 
-    def request(self, method: str, path: str, body: dict | None = None,
-                content_type: str = "application/json", timeout_s: float = 30.0) -> dict:
+    def _exchange(self, method: str, path: str, body: str | None = None,
+                  content_type: str = "application/json", timeout_s: float = 30.0) -> str:
+        """One request on a connection of its own; the answer's body, or ApiError for a status of 300 or more."""
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl(), timeout=timeout_s)
         try:
-            conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers={"Content-Type": content_type, "Accept": "application/json"})
+            conn.request(method, path, body=body, headers={"Content-Type": content_type, "Accept": "application/json"})
             answer = conn.getresponse()
             data = answer.read().decode(errors="replace")
         finally:
             conn.close()
         if answer.status >= 300:
             raise ApiError(answer.status, data)
+        return data
+
+    def request(self, method: str, path: str, body: dict | None = None,
+                content_type: str = "application/json", timeout_s: float = 30.0) -> dict:
+        data = self._exchange(method, path, None if body is None else json.dumps(body), content_type, timeout_s)
         return json.loads(data) if data.startswith("{") else {"text": data}
 
     def get(self, path: str) -> dict:
         return self.request("GET", path)
 
     def text(self, path: str) -> str:
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl(), timeout=30)
-        try:
-            conn.request("GET", path)
-            answer = conn.getresponse()
-            data = answer.read().decode(errors="replace")
-        finally:
-            conn.close()
-        if answer.status != 200:
-            raise ApiError(answer.status, data)
-        return data
+        return self._exchange("GET", path)
 
 
 # --- the processes -----------------------------------------------------------------------------------------------
@@ -305,7 +302,7 @@ class ControlPlane:
             f"--initial-cluster=test=http://127.0.0.1:{etcd_peer}",
             # A test cluster's data is thrown away: no fsync (etcd's own flag for tests).
             "--unsafe-no-fsync", "--log-level=warn"])
-        self._until("etcd healthy", lambda: _http_ok(f"http://127.0.0.1:{etcd_client}/health"), "etcd")
+        self._until("etcd healthy", lambda: _answers_200(f"http://127.0.0.1:{etcd_client}/health"), "etcd")
 
         self._run("kube-apiserver", [
             str(binary("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{etcd_client}",
@@ -382,38 +379,23 @@ class ControlPlane:
         return unclean
 
 
-def _http_ok(url: str) -> bool:
-    import urllib.request
-    with contextlib.suppress(OSError):
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    return False
-
-
-def _https_ok(url: str) -> bool:
-    """A component's own /healthz (self-signed serving certificate, path open to anyone by default)."""
-    import urllib.request
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+def _answers_200(url: str, context: ssl.SSLContext | None = None) -> bool:
     with contextlib.suppress(OSError):
         with urllib.request.urlopen(url, timeout=2, context=context) as answer:
             return answer.status == 200
     return False
 
 
+def _https_ok(url: str) -> bool:
+    """A component's own /healthz (self-signed serving certificate, path open to anyone by default)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return _answers_200(url, context)
+
+
 def _api_ok(api: ApiClient, path: str) -> bool:
-    with contextlib.suppress(OSError, ApiError, ssl.SSLError, ValueError):
-        api.text(path) if path.endswith("z") else api.get(path)
+    with contextlib.suppress(OSError, ApiError, ssl.SSLError):
+        api.text(path)
         return True
     return False
-
-
-@contextlib.contextmanager
-def running_control_plane(workdir: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(workdir)
-    try:
-        yield plane.start()
-    finally:
-        unclean = plane.stop()
-    assert not unclean, f"control plane stopped uncleanly: {unclean}\n{plane.log_tails()}"

@@ -55,14 +55,7 @@ class Node:
         return self.shim
 
     def www(self, pod: str) -> Path:
-        """The directory the pod's httpd serves (a hostPath): healthz is there from the start."""
-        path = self.workdir / "www" / pod
-        if not path.exists():
-            (path / "cgi-bin").mkdir(parents=True)
-            (path / "healthz").write_text("ok\n")
-            (path / "cgi-bin" / "record").write_text(RECORD_CGI)
-            (path / "cgi-bin" / "record").chmod(0o755)
-        return path
+        return www_dir(self.workdir, pod)
 
     def apply(self, pod: dict, *, convert: bool = True) -> str:
         """Writes the static pod, through the real `probectl convert` unless convert=False; returns its name as the
@@ -95,6 +88,18 @@ class Node:
 
     def remove_pods(self) -> None:
         self.kubelet.remove_all_pods(pods_gone=lambda: not self.running_sandboxes(), timeout_s=READY_TIMEOUT_S)
+
+
+def www_dir(root: Path, name: str) -> Path:
+    """The directory a pod's httpd serves (a hostPath) under root/www: healthz and the hook-recording CGI script are
+    there from the start (written once: a test removes healthz to make the endpoint fail)."""
+    path = root / "www" / name
+    if not path.exists():
+        (path / "cgi-bin").mkdir(parents=True)
+        (path / "healthz").write_text("ok\n")
+        (path / "cgi-bin" / "record").write_text(RECORD_CGI)
+        (path / "cgi-bin" / "record").chmod(0o755)
+    return path
 
 
 # --- manifests ---------------------------------------------------------------------------------------------------

@@ -60,8 +60,8 @@ class Webhook:
     def connection(self, ca: Path | None = None) -> http.client.HTTPSConnection:
         return ServiceConnection(SERVICE_NAME, self.port, context=self.context(ca), timeout=10)
 
-    def get(self, path: str) -> tuple[int, bytes]:
-        conn = self.connection()
+    def get(self, path: str, ca: Path | None = None) -> tuple[int, bytes]:
+        conn = self.connection(ca)
         try:
             conn.request("GET", path)
             answer = conn.getresponse()
