@@ -1,0 +1,251 @@
+"""The kubelet delegates its probes to the shim (kubelet/: the patch series, feature gate CRIProbeDelegation).
+
+The kubelet is 1.37.2 with the series applied (hack/build-kubelet-delegating.sh, built by `make go-binaries`),
+standalone, its CRI endpoint the shim in front of the suite's containerd, the gate on. Every pod is an UNCONVERTED
+static pod (no webhook, no `probectl convert`): the kubelet hands its httpGet, tcpSocket and grpc probes to the
+shim's ProbeService (RunProbe per container, one WatchProbeStatus stream) and sets readiness, liveness and startup
+from what the shim reports. What is asserted is what the kubelet says (readiness and restarts on its read-only
+port, its prober_probe_total, the events in its log) and what the shim shows (a registered row per probe, labelled
+as the kubelet's, its attempts made inside the pod's netns).
+
+What each test proves:
+- HTTP on the pod IP, HTTP on the pod's own 127.0.0.1, TCP and gRPC readiness make pods Ready, and so does a pod
+  the node cannot reach at all (its netns drops what comes from the node, as a NetworkPolicy would): none of which
+  the kubelet's own probing can do for the last two;
+- an endpoint made to fail turns the pod NOT ready within its thresholds and back, with the kubelet's event;
+- a startup probe holds liveness back; a failing liveness probe makes the kubelet restart the container, and the
+  probe follows the new container;
+- the unpatched kubelet (the same build, gate off) shows the same readiness timeline for the same pod, within one
+  period;
+- faults (shim kill -9, 5 s without a shim, a containerd restart) flip nothing and restart nothing;
+- a removed pod's probes are stopped in the shim.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cri_proto import cri_runtime_v1_pb2 as cri_pb
+from cri_proto import probe_service_pb2 as service_pb
+from cri_proto import probe_spec_pb2 as spec_pb
+from tests.support import kubelet_env
+from tests.support.containerd_env import ContainerdEnv
+from tests.support.kubelet_env import KubeletProcess
+from tests.support.kubelet_node import GRPC_PORT, HTTP_PORT, PERIOD_S, Node, http_get, httpd, probe, static_pod
+from tests.support.kubelet_views import ReadinessRecorder, log_records
+from tests.support.netns_env import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+GATE = {"CRIProbeDelegation": True}
+DELEGATED = {"io.kubernetes.probe.delegated-by": "kubelet"}
+GAP_S = 5
+
+
+def delegating_kubelet() -> Path:
+    done = subprocess.run([str(REPO_ROOT / "hack" / "build-kubelet-delegating.sh"), "--path"], capture_output=True,
+                          text=True, timeout=120)
+    return Path(done.stdout.strip()) if done.returncode == 0 else Path("/nonexistent")
+
+
+@pytest.fixture(scope="module")
+def node(containerd: ContainerdEnv):
+    reason = kubelet_env.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    binary = delegating_kubelet()
+    if not binary.exists():
+        pytest.skip(f"needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): none at "
+                    f"{binary}")
+    if not containerd.runtime.supports_kubelet(kubelet_env.kubelet_minor()):
+        pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}")
+    containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
+    workdir = Path(tempfile.mkdtemp(prefix="delegated-", dir=containerd.session.path()))
+    (workdir / "shim").mkdir()
+    node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
+    node.start_shim()
+    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}", binary=binary,
+                                  feature_gates=GATE).start()
+    try:
+        yield node
+    finally:
+        try:
+            node.remove_pods()
+        finally:
+            node.kubelet.stop()
+            node.shim.stop()
+            containerd.remove_all_sandboxes()
+
+
+@pytest.fixture
+def k(node):
+    """The node, its pods removed after the test (each test starts with none)."""
+    yield node
+    node.remove_pods()
+
+
+def count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
+    return counts.get((pod, container, probe_type, result), 0.0)
+
+
+def delegated_probes(k: Node) -> list[service_pb.Probe]:
+    """The shim's rows of the probes the kubelet registered."""
+    return list(k.shim.stub.ProbeStatus(service_pb.ProbeStatusRequest(
+        filter=service_pb.ProbeFilter(label_selector=DELEGATED)), timeout=10).probes)
+
+
+def delegated_rows(k: Node) -> dict[tuple[str, str], service_pb.Probe]:
+    """Those rows by (pod name, probe type)."""
+    return {(p.labels["io.kubernetes.pod.name"], spec_pb.ProbeType.Name(p.type)): p for p in delegated_probes(k)}
+
+
+def events(k: Node, pod: str, reason: str) -> list[str]:
+    """The messages of the events the kubelet recorded for the pod with this reason (its log: `Event occurred`)."""
+    return [r.values["message"] for r in log_records(k.kubelet.log_text(), "Event occurred")
+            if r.values.get("object") == f"default/{pod}" and r.values.get("reason") == reason]
+
+
+def running_container(k: Node, pod: str, container: str) -> str:
+    """The id of the pod's running container, as containerd lists it (the kubelet's labels name both)."""
+    answer = k.containerd.cri.call("ListContainers", cri_pb.ListContainersRequest(filter=cri_pb.ContainerFilter(
+        state=cri_pb.ContainerStateValue(state=cri_pb.CONTAINER_RUNNING),
+        label_selector={"io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container})))
+    (found,) = answer.containers
+    return found.id
+
+
+def node_reaches(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((ip, port)) == 0
+
+
+def shut_out_the_node(netns: str, gateway: str) -> None:
+    """What a NetworkPolicy denying the node does: the pod's netns drops every packet from the node's bridge."""
+    subprocess.run(["nsenter", f"--net={netns}", "iptables", "-I", "INPUT", "-s", gateway, "-j", "DROP"],
+                   check=True, capture_output=True, timeout=30)
+
+
+def gateway_of(k: Node) -> str:
+    """The node's address on the pods' bridge (the CNI's gateway, the subnet's first host)."""
+    return str(next(ipaddress.ip_network(k.containerd.session.subnet).hosts()))
+
+
+# --- readiness from the runtime --------------------------------------------------------------------------------------
+
+def test_delegated_probes_make_unconverted_pods_ready_even_where_the_node_cannot_probe(k, in_pod):
+    image = k.containerd.images.http
+    admin = 8081  # the pods' admin port, on their own 127.0.0.1 only
+    pods = {
+        "pod-ip": k.apply(static_pod("pod-ip", k.www("pod-ip"), [
+            httpd("web", image, readinessProbe=probe(http_get()))]), convert=False),
+        "loopback": k.apply(static_pod("loopback", k.www("loopback"), [
+            httpd("web", image, listen=f"127.0.0.1:{admin}",
+                  readinessProbe=probe(http_get(admin, host="127.0.0.1")))]), convert=False),
+        "tcp": k.apply(static_pod("tcp", k.www("tcp"), [
+            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))]), convert=False),
+        "grpc": k.apply(static_pod("grpc", k.www("grpc"), [
+            {"name": "app", "image": image, "imagePullPolicy": "Never",
+             "command": ["/bin/busybox", "sleep", "2147483647"],
+             "readinessProbe": probe({"grpc": {"port": GRPC_PORT}})}]), convert=False),
+    }
+    # The node cannot reach this one at all: its netns drops the node's packets before its server starts.
+    unreachable = k.apply(static_pod("unreachable", k.www("unreachable"), [
+        {"name": "web", "image": image, "imagePullPolicy": "Never",
+         "command": ["/bin/sh", "-c", f"until [ -e /www/go ]; do sleep 0.2; done; "
+                                      f"exec /bin/busybox httpd -f -p {HTTP_PORT} -h /www"],
+         "volumeMounts": [{"name": "www", "mountPath": "/www"}],
+         "readinessProbe": probe(http_get())}]), convert=False)
+    netns = k.netns_of(unreachable)
+    shut_out_the_node(netns, gateway_of(k))
+    (k.www("unreachable") / "go").write_text("")
+    in_pod(SimpleNamespace(netns_path=k.netns_of(pods["grpc"])),
+           [sys.executable, "tests/support/servers/grpc_health_server.py", "--host", "0.0.0.0", "--port", str(GRPC_PORT),
+            "--status", "SERVING"])
+
+    ready = k.wait_ready(*pods.values(), unreachable)
+    assert all(p.restarts == 0 for p in ready.values())
+    assert not node_reaches(ready[unreachable].pod_ip, HTTP_PORT)  # the kubelet's own probe could not have
+    rows = delegated_rows(k)
+    containers = {"grpc": "app"}
+    counts = k.kubelet.probe_counts()
+    for key, pod in {**pods, "unreachable": unreachable}.items():
+        row = rows[(pod, "READINESS")]
+        assert row.status.state == spec_pb.STATE_SUCCESS and not row.HasField("bridged"), key
+        assert row.container_name == containers.get(key, "web") and row.labels["io.kubernetes.pod.namespace"] == \
+            "default"
+        # prober_probe_total counts the runtime's attempts (brought up to its totals at each update).
+        assert count(counts, pod, containers.get(key, "web"), "Readiness", "successful") >= 1, (key, counts)
+    assert rows[(pods["loopback"], "READINESS")].status.last_attempt.address == f"127.0.0.1:{admin}"
+    assert rows[(pods["pod-ip"], "READINESS")].status.last_attempt.address == \
+        f"{ready[pods['pod-ip']].pod_ip}:{HTTP_PORT}"
+    assert rows[(unreachable, "READINESS")].status.last_attempt.address == \
+        f"{ready[unreachable].pod_ip}:{HTTP_PORT}"
+    assert "Probe delegation: the container runtime serves the ProbeService" in k.kubelet.log_text()
+
+
+def test_an_endpoint_made_to_fail_turns_the_pod_not_ready_within_its_thresholds_and_back(k):
+    failure_threshold = 2
+    www = k.www("flaky")
+    name = k.apply(static_pod("flaky", www, [httpd("web", k.containerd.images.http, readinessProbe=probe(
+        http_get(), failureThreshold=failure_threshold))]), convert=False)
+    k.wait_ready(name)
+
+    with ReadinessRecorder(k.kubelet, [name]) as recorder:
+        (www / "healthz").unlink()  # 404 from now on
+        failed_at = time.monotonic()
+        k.kubelet.wait_for("the pod NOT ready", lambda pods: not pods[name].ready, timeout_s=30)
+        # failureThreshold failures at the period, the first up to a period after the file went; slack for the
+        # status to reach the read-only port on a loaded machine.
+        assert time.monotonic() - failed_at <= (failure_threshold + 1) * PERIOD_S + 2.0
+
+        (www / "healthz").write_text("ok\n")
+        back_at = time.monotonic()
+        k.wait_ready(name)
+        assert time.monotonic() - back_at <= 2 * PERIOD_S + 2.0
+    assert k.kubelet.pods()[name].restarts == 0
+    assert recorder.logged_changes() == [(name, "not ready"), (name, "ready")]
+    # The kubelet's event, with the runtime's output of the failed attempt.
+    assert "Readiness probe failed: HTTP probe failed with statuscode: 404" in events(k, name, "Unhealthy")
+    assert delegated_rows(k)[(name, "READINESS")].status.totals.failure >= failure_threshold
+
+
+def test_a_startup_probe_holds_liveness_back_then_failing_liveness_restarts_the_container(k):
+    www = k.www("alive")
+    name = k.apply(static_pod("alive", www, [httpd(
+        "web", k.containerd.images.http,
+        startupProbe=probe(http_get(path="/started"), failureThreshold=600),
+        livenessProbe=probe(http_get(path="/alive"), failureThreshold=1))]), convert=False)
+
+    counts = k.kubelet.wait_for_counts("3 failed startup probes",
+                                       lambda c: count(c, name, "web", "Startup", "failed") >= 3)
+    assert not any(key[0] == name and key[2] == "Liveness" for key in counts), counts
+    assert (name, "LIVENESS") not in delegated_rows(k)  # not registered before the container has started
+    (container,) = k.kubelet.pods()[name].containers.values()
+    assert (container.started, container.restart_count) == (False, 0)
+
+    (www / "started").write_text("ok\n")  # startup succeeds; liveness starts and fails: the kubelet restarts it
+    k.kubelet.wait_for("a restart", lambda pods: pods[name].restarts >= 1)
+
+    (www / "alive").write_text("ok\n")
+    k.kubelet.wait_for_counts("a successful liveness probe",
+                              lambda c: count(c, name, "web", "Liveness", "successful") >= 1)
+    restarts = k.kubelet.pods()[name].restarts
+    k.kubelet.wait_for_counts("3 more successful liveness probes",
+                              lambda c: count(c, name, "web", "Liveness", "successful") >= 4)
+    pods = k.kubelet.pods()
+    assert pods[name].restarts == restarts  # alive: no more restarts
+    # The shim probes the container that runs now (the kubelet registered the new one and stopped the old).
+    rows = [p for p in delegated_probes(k) if p.labels["io.kubernetes.pod.name"] == name
+            and p.type == spec_pb.LIVENESS]
+    assert len(rows) == 1 and rows[0].status.state == spec_pb.STATE_SUCCESS
+    assert rows[0].container_id == running_container(k, name, "web")
