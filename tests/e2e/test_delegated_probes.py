@@ -24,6 +24,7 @@ What each test proves:
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 import subprocess
 import sys
@@ -249,3 +250,118 @@ def test_a_startup_probe_holds_liveness_back_then_failing_liveness_restarts_the_
             and p.type == spec_pb.LIVENESS]
     assert len(rows) == 1 and rows[0].status.state == spec_pb.STATE_SUCCESS
     assert rows[0].container_id == running_container(k, name, "web")
+
+
+# --- the same timelines as the kubelet's own probing -------------------------------------------------------------------
+
+# A container that becomes started after 2 s, ready 2 s later, and dead (its liveness endpoint gone) 3 s after that,
+# on its own clock: the same timeline wherever it runs, whoever probes it.
+TIMELINE_SCRIPT = ("/bin/busybox mkdir -p /srv; echo ok > /srv/healthz; "
+                   "(sleep 2; echo ok > /srv/started; sleep 2; echo ok > /srv/ready; sleep 3; /bin/busybox rm "
+                   "/srv/healthz) & "
+                   f"exec /bin/busybox httpd -f -p {HTTP_PORT} -h /srv")
+
+
+def timeline_pod(image: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "timeline", "namespace": "default"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "web", "image": image, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", TIMELINE_SCRIPT],
+                "startupProbe": probe(http_get(path="/started"), failureThreshold=30),
+                "readinessProbe": probe(http_get(path="/ready")),
+                "livenessProbe": probe(http_get(), failureThreshold=2)}]}}
+
+
+def timeline(k: Node, name: str) -> dict[str, float]:
+    """When the kubelet showed the pod's container started, the pod Ready and the container restarted, in seconds
+    after it first showed the container running (its read-only port, sampled every 100 ms)."""
+    with ReadinessRecorder(k.kubelet, [name]) as recorder:
+        k.kubelet.wait_for("a restart", lambda pods: name in pods and pods[name].restarts >= 1, timeout_s=60)
+    seen: dict[str, float] = {}
+    for at, pods in recorder.samples:
+        pod = pods.get(name)
+        container = pod.containers.get("web") if pod else None
+        if container is None:
+            continue
+        for what, now in (("running", container.running), ("started", container.started), ("ready", pod.ready),
+                          ("restarted", pod.restarts >= 1)):
+            if now:
+                seen.setdefault(what, at)
+    assert set(seen) == {"running", "started", "ready", "restarted"}, seen
+    return {what: round(at - seen["running"], 1) for what, at in seen.items() if what != "running"}
+
+
+def swap_kubelet(k: Node, workdir: str, **options) -> None:
+    k.remove_pods()
+    k.kubelet.stop()
+    k.kubelet = KubeletProcess(k.workdir / workdir, f"unix://{k.shim.socket_path}", **options).start()
+
+
+def test_the_unpatched_kubelet_shows_the_same_timeline_within_one_period(k):
+    image = k.containerd.images.http
+    delegated = timeline(k, k.apply(timeline_pod(image), convert=False))
+    assert delegated_rows(k)  # the shim probed it
+    binary = k.kubelet.binary
+    try:
+        swap_kubelet(k, "kubelet-unpatched")  # kubelet_env's 1.37.2, as released
+        native = timeline(k, k.apply(timeline_pod(image), convert=False))
+        assert delegated_probes(k) == []  # the kubelet probed it itself
+    finally:
+        swap_kubelet(k, "kubelet", binary=binary, feature_gates=GATE)  # a restart of the delegating kubelet
+    for what in ("started", "ready", "restarted"):
+        assert abs(delegated[what] - native[what]) <= PERIOD_S + 0.5, (what, delegated, native)
+
+
+# --- faults -------------------------------------------------------------------------------------------------------------
+
+def test_faults_under_a_delegating_kubelet_flip_nothing(k):
+    image = k.containerd.images.http
+    names = [
+        k.apply(static_pod("f-http", k.www("f-http"), [httpd("web", image, readinessProbe=probe(http_get()),
+                                                             livenessProbe=probe(http_get()))]), convert=False),
+        k.apply(static_pod("f-loopback", k.www("f-loopback"), [
+            httpd("web", image, listen=f"127.0.0.1:{HTTP_PORT}", readinessProbe=probe(http_get(host="127.0.0.1")))]),
+            convert=False),
+        k.apply(static_pod("f-tcp", k.www("f-tcp"), [
+            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))]), convert=False),
+    ]
+    k.wait_ready(*names)
+
+    def probes_answer_again(what: str) -> None:
+        """Every pod's readiness probe succeeds twice more (counted by the kubelet from the shim that runs now)."""
+        before = k.kubelet.probe_counts()
+        k.kubelet.wait_for_counts(f"probes answered after {what}", lambda c: all(
+            count(c, n, "web", "Readiness", "successful") >= count(before, n, "web", "Readiness", "successful") + 2
+            for n in names), timeout_s=60)
+
+    with ReadinessRecorder(k.kubelet, names) as recorder:
+        k.shim.crash()  # kill -9
+        k.start_shim()
+        probes_answer_again("a kill -9 of the shim")
+
+        k.shim.stop(signal.SIGTERM)  # systemd's stop: the workers are handed over
+        time.sleep(GAP_S)  # the fault itself: no shim at all for GAP_S
+        k.start_shim()
+        probes_answer_again(f"a SIGTERM and {GAP_S} s without a shim")
+
+        k.containerd.stop_containerd()
+        k.containerd.start_containerd()
+        probes_answer_again("a containerd restart")
+
+    assert recorder.samples and not recorder.errors
+    assert recorder.not_ready_samples() == {}
+    assert recorder.logged_changes() == []
+    assert recorder.restarts() == {n: 0 for n in names}
+    # One registration per probe still (none lost, none doubled), all the kubelet's.
+    rows = delegated_rows(k)
+    assert sorted(rows) == sorted([(n, "READINESS") for n in names] + [(names[0], "LIVENESS")])
+    assert "the kubelet runs its probes itself" not in k.kubelet.log_text()
+
+
+def test_a_removed_pods_probes_are_stopped_in_the_shim(k):
+    name = k.apply(static_pod("gone", k.www("gone"), [httpd("web", k.containerd.images.http,
+                                                            readinessProbe=probe(http_get()))]), convert=False)
+    k.wait_ready(name)
+    assert (name, "READINESS") in delegated_rows(k)
+    k.remove_pods()
+    assert delegated_probes(k) == []
