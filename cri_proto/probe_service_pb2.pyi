@@ -276,16 +276,18 @@ class WatchProbeStatusResponse(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., revision: _Optional[int] = ..., type: _Optional[_Union[WatchEventType, str]] = ..., probe: _Optional[_Union[Probe, _Mapping]] = ...) -> None: ...
 
 class ExecProbeRequest(_message.Message):
-    __slots__ = ("pod_sandbox_id", "spec", "type", "container_ports")
+    __slots__ = ("pod_sandbox_id", "spec", "type", "container_ports", "lifecycle_hook")
     POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_PORTS_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_HOOK_FIELD_NUMBER: _ClassVar[int]
     pod_sandbox_id: str
     spec: _probe_spec_pb2.ProbeSpec
     type: _probe_spec_pb2.ProbeType
     container_ports: _containers.RepeatedCompositeFieldContainer[_probe_spec_pb2.ContainerPort]
-    def __init__(self, pod_sandbox_id: _Optional[str] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., container_ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ...) -> None: ...
+    lifecycle_hook: bool
+    def __init__(self, pod_sandbox_id: _Optional[str] = ..., spec: _Optional[_Union[_probe_spec_pb2.ProbeSpec, _Mapping]] = ..., type: _Optional[_Union[_probe_spec_pb2.ProbeType, str]] = ..., container_ports: _Optional[_Iterable[_Union[_probe_spec_pb2.ContainerPort, _Mapping]]] = ..., lifecycle_hook: _Optional[bool] = ...) -> None: ...
 
 class ExecProbeResponse(_message.Message):
     __slots__ = ("attempt", "trace_id", "span_id", "worker")

@@ -97,6 +97,10 @@ def exec_probe_errors(req: service_pb.ExecProbeRequest, allow_host: bool) -> lis
     errors += _too_long("pod_sandbox_id", req.pod_sandbox_id, MAX_ID_BYTES)
     errors += _container_port_errors(req.container_ports)
     errors += probe_errors(req.type or spec_pb.READINESS, req.spec, root="spec")
+    if req.lifecycle_hook and not req.spec.HasField("http_get"):
+        # The kubelet runs httpGet hooks over the network; exec and sleep hooks are its own, tcpSocket hooks it
+        # never runs (the API keeps the field for compatibility only).
+        errors.append(FieldError.forbidden("spec", "lifecycle_hook takes an http_get handler"))
     return errors + host_field_errors(req.spec, allow_host)
 
 

@@ -170,8 +170,10 @@ class ProbeRegistry:
             type=req.type or spec_pb.READINESS, spec=req.spec,
             container=worker_pb.ContainerRef(ports=req.container_ports),
         )
-        timeout_s = longest_attempt_ms(req.spec) / 1000 + EXEC_GRACE_S
-        attempt = await self._supervisor.run_once(_target(sandbox), reg, timeout_s)
+        if req.lifecycle_hook and not reg.spec.timeout_ms:
+            reg.spec.timeout_ms = int(self._config.hook_timeout_s * 1000)  # the kubelet gives a hook none
+        timeout_s = longest_attempt_ms(reg.spec) / 1000 + EXEC_GRACE_S
+        attempt = await self._supervisor.run_once(_target(sandbox), reg, timeout_s, lifecycle_hook=req.lifecycle_hook)
         labels = ProbeLabels(probe_id="exec", probe_type=reg.type, sandbox_id=sandbox.id, pod_name=sandbox.name,
                              pod_namespace=sandbox.namespace, pod_uid=sandbox.uid)
         trace_id, span_id = self._results.exec_attempt(attempt, labels, req.spec, traceparent)

@@ -139,6 +139,23 @@ def test_exec_probe_runs_once_and_traces(daemon, pod_netns):
     assert answer.trace_id == parent_trace and len(answer.span_id) == 16
 
 
+def test_exec_probe_as_a_lifecycle_hook_succeeds_on_any_answer(daemon, pod_netns):
+    server = pod_netns.spawn_python("http_server.py", "--host", "0.0.0.0", "--port", "0")
+
+    def run_hook(path: str, lifecycle_hook: bool) -> spec_pb.Attempt:
+        spec = spec_pb.ProbeSpec(http_get=spec_pb.HTTPGetAction(path=path, port=spec_pb.PortRef(number=server.port)))
+        return daemon.stub.ExecProbe(service_pb.ExecProbeRequest(
+            pod_sandbox_id=pod_netns.name, spec=spec, lifecycle_hook=lifecycle_hook), timeout=10).attempt
+
+    # pkg/kubelet/lifecycle runHTTPHandler: only a failed request fails a hook; a probe fails on a 404.
+    hook = run_hook("/status/404", lifecycle_hook=True)
+    assert (hook.result, hook.http_status_code, hook.output) == (spec_pb.RESULT_SUCCESS, 404, "")  # body discarded
+    assert run_hook("/status/404", lifecycle_hook=False).result == spec_pb.RESULT_FAILURE
+    server.stop()
+    refused = run_hook("/echo", lifecycle_hook=True)
+    assert refused.result == spec_pb.RESULT_FAILURE and "connection refused" in refused.output
+
+
 def test_run_probe_traceparent_parents_the_attempt_spans(daemon, pod_netns):
     server = listen(pod_netns)
     parent_trace = "0af7651916cd43dd8448eb211c80319c"

@@ -74,6 +74,15 @@ def test_exec_defaults_to_readiness_rules():
     assert rules.validate_exec_probe(liveness, allow_host=False) == ["spec.success_threshold: Invalid value: 2: must be 1"]
 
 
+def test_a_lifecycle_hook_takes_an_http_get_handler_only():
+    hook = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=http_spec(), lifecycle_hook=True)
+    assert rules.validate_exec_probe(hook, allow_host=False) == []
+    tcp = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=8080)))
+    not_http = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=tcp, lifecycle_hook=True)
+    assert rules.validate_exec_probe(not_http, allow_host=False) == [
+        "spec: Forbidden: lifecycle_hook takes an http_get handler"]
+
+
 @pytest.mark.parametrize("req, error", [
     (service_pb.StopProbeRequest(), "probe_id: Required value"),
     (service_pb.StopProbeRequest(container_id="c"), "pod_sandbox_id: Required value"),
