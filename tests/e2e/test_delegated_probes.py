@@ -18,7 +18,9 @@ What each test proves:
 - the unpatched kubelet (the same build, gate off) shows the same readiness timeline for the same pod, within one
   period;
 - faults (shim kill -9, 5 s without a shim, a containerd restart) flip nothing and restart nothing;
-- a removed pod's probes are stopped in the shim.
+- a removed pod's probes are stopped in the shim;
+- postStart and preStop httpGet hooks on the pod's own 127.0.0.1 run in the pod (ExecProbe as a lifecycle hook),
+  with the kubelet's hook User-Agent, preStop within the grace period.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import pytest
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.defaults import KUBELET_VERSION
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.kubelet_env import KubeletProcess
@@ -291,6 +294,19 @@ def timeline(k: Node, name: str) -> dict[str, float]:
     return {what: round(at - seen["running"], 1) for what, at in seen.items() if what != "running"}
 
 
+def registered_types(watch, pod: str) -> set[str]:
+    """The types of the pod's probes the watch saw registered (read until all three, or its timeout)."""
+    seen: set[str] = set()
+    for event in watch:
+        if event.type in (service_pb.SNAPSHOT, service_pb.UPDATED) and \
+                event.probe.labels["io.kubernetes.pod.name"] == pod:
+            seen.add(spec_pb.ProbeType.Name(event.probe.type))
+        if len(seen) == 3:
+            watch.cancel()
+            break
+    return seen
+
+
 def swap_kubelet(k: Node, workdir: str, **options) -> None:
     k.remove_pods()
     k.kubelet.stop()
@@ -299,8 +315,11 @@ def swap_kubelet(k: Node, workdir: str, **options) -> None:
 
 def test_the_unpatched_kubelet_shows_the_same_timeline_within_one_period(k):
     image = k.containerd.images.http
-    delegated = timeline(k, k.apply(timeline_pod(image), convert=False))
-    assert delegated_rows(k)  # the shim probed it
+    watch = k.shim.stub.WatchProbeStatus(service_pb.WatchProbeStatusRequest(
+        filter=service_pb.ProbeFilter(label_selector=DELEGATED)), timeout=120)
+    name = k.apply(timeline_pod(image), convert=False)
+    delegated = timeline(k, name)
+    assert registered_types(watch, name) == {"STARTUP", "READINESS", "LIVENESS"}  # the shim probed them
     binary = k.kubelet.binary
     try:
         swap_kubelet(k, "kubelet-unpatched")  # kubelet_env's 1.37.2, as released
@@ -364,4 +383,48 @@ def test_a_removed_pods_probes_are_stopped_in_the_shim(k):
     k.wait_ready(name)
     assert (name, "READINESS") in delegated_rows(k)
     k.remove_pods()
-    assert delegated_probes(k) == []
+    # The kubelet stops its probe workers (StopProbe) when it has removed the pod, a moment after the sandbox went.
+    deadline = time.monotonic() + 30
+    while delegated_probes(k):
+        assert time.monotonic() < deadline, delegated_probes(k)
+        time.sleep(kubelet_env.POLL_S)  # no event of the kubelet's to wait on
+
+
+# --- lifecycle hooks ---------------------------------------------------------------------------------------------------
+
+def test_http_hooks_on_the_pods_own_loopback_run_in_the_pod(k):
+    """postStart and preStop httpGet hooks to 127.0.0.1: the runtime runs them in the pod (ExecProbe), where the
+    kubelet's own would reach the node's loopback."""
+    www = k.www("hooked")
+    grace_s = 10
+    image = k.containerd.images.http
+    recorder_port = HTTP_PORT + 1
+    loopback = {"host": "127.0.0.1"}
+    pod = static_pod("hooked", www, [httpd(
+        "app", image, listen=f"127.0.0.1:{HTTP_PORT}",
+        lifecycle={"postStart": http_get(recorder_port, "/cgi-bin/record?hook=postStart", **loopback),
+                   "preStop": http_get(HTTP_PORT, "/cgi-bin/record?hook=preStop", **loopback)})],
+        grace_s=grace_s,
+        # A sidecar: the kubelet starts `app` (and so its postStart hook) once the sidecar's startup probe passed.
+        initContainers=[httpd("recorder", image, listen=f"127.0.0.1:{recorder_port}", restartPolicy="Always",
+                              startupProbe=probe({"tcpSocket": {"port": recorder_port, **loopback}}))])
+    name = k.apply(pod, convert=False)
+    k.wait_ready(name)
+    log = www / "hooks.log"
+    (post_start,) = log.read_text().splitlines()
+    assert post_start.split()[:2] == ["hook=postStart", f"kube-lifecycle/{KUBELET_VERSION}"]
+    assert k.kubelet.pods()[name].restarts == 0  # the hook succeeded: no kill
+    # The sidecar's startup probe of its 127.0.0.1 passed in the runtime (which the kubelet stopped once it had).
+    assert count(k.kubelet.probe_counts(), name, "recorder", "Startup", "successful") >= 1
+    assert (name, "STARTUP") not in delegated_rows(k)
+
+    k.kubelet.remove_manifest("hooked")
+    removed_at = time.time()
+    deadline = time.monotonic() + grace_s + 30
+    while len(log.read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline, k.kubelet.log_tail()
+        time.sleep(kubelet_env.POLL_S)  # a file has no event to wait on
+    pre_stop = log.read_text().splitlines()[1].split()
+    assert pre_stop[:2] == ["hook=preStop", f"kube-lifecycle/{KUBELET_VERSION}"]
+    assert int(pre_stop[2]) <= removed_at + grace_s  # before the kubelet's grace period ran out
+    assert "HTTP lifecycle hook" not in k.kubelet.log_text()  # no hook failed
