@@ -2,12 +2,18 @@
 
 One private containerd, one shim in front of it, one real kubelet (tests/support/kubelet_env.py) whose CRI endpoint is the
 shim, and N static pods (busybox httpd serving /healthz on 0.0.0.0:8080) with one readiness probe each at 1 s
-(timeoutSeconds 1), in four phases on the same kubelet, containerd and shim:
+(timeoutSeconds 1), in five phases on the same kubelet build, containerd and shim:
 
-  none     no probe: the baseline (the kubelet's relists and syncs, containerd, the shim's proxy)
-  native   the kubelet's own httpGet to the pod IP, from the node's netns (the problem this project solves)
-  exec     a classic exec probe: `busybox wget` to the pod's 127.0.0.1 (ExecSync: containerd, its shim, runc)
-  bridged  the native httpGet converted by `probectl convert`: a marker ExecSync the shim answers in the pod's netns
+  none       no probe: the baseline (the kubelet's relists and syncs, containerd, the shim's proxy)
+  native     the kubelet's own httpGet to the pod IP, from the node's netns (the problem this project solves)
+  exec       a classic exec probe: `busybox wget` to the pod's 127.0.0.1 (ExecSync: containerd, its shim, runc)
+  bridged    the native httpGet converted by `probectl convert`: a marker ExecSync the shim answers in the pod's netns
+  delegated  the native httpGet unconverted, under the same kubelet restarted with CRIProbeDelegation on: the shim
+             probes on its own schedule and the kubelet hears each attempt on one watch stream
+
+The kubelet is the project's patched build (kubelet/, hack/build-kubelet-delegating.sh) for every phase, with the
+gate off but for "delegated" (off, it runs upstream's code paths); without that build the first four phases run on
+the released kubelet and "delegated" is skipped, saying why.
 
 Per phase: every pod Ready, `warmup_s`, then a window of `window_s` in which the bench itself only waits. CPU is
 read at both ends: the node's (all of /proc/stat), and apart the kubelet, containerd with its runc shims (their
@@ -36,8 +42,9 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import running_containerd
 from tests.support.daemon_env import DaemonProcess
 
-PHASES = ("none", "native", "exec", "bridged")
+PHASES = ("none", "native", "exec", "bridged", "delegated")
 PROBED = PHASES[1:]
+DELEGATION_GATE = {"CRIProbeDelegation": True}
 HTTP_PORT = 8080
 ROLES = ("node", "kubelet", "containerd", "shim_daemon", "shim_workers")
 
@@ -58,10 +65,11 @@ def pod_name(phase: str, index: int) -> str:
 
 
 def pod_manifest(index: int, image: str, phase: str) -> str:
-    """The static pod of `phase` (YAML); "bridged" is "native" as `probectl convert` rewrites it."""
+    """The static pod of `phase` (YAML); "bridged" is "native" as `probectl convert` rewrites it, "delegated" is
+    "native" as it is."""
     container = {"name": "web", "image": image, "imagePullPolicy": "Never",
                  "command": ["/bin/busybox", "httpd", "-f", "-p", str(HTTP_PORT), "-h", "/www"]}
-    if phase in ("native", "bridged"):
+    if phase in ("native", "bridged", "delegated"):
         container["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": HTTP_PORT}, "periodSeconds": 1}
     elif phase == "exec":
         container["readinessProbe"] = {"exec": {"command": [
@@ -144,6 +152,13 @@ class Rig:
     shim: DaemonProcess
     kubelet: kubelet_env.KubeletProcess
 
+    def restart_kubelet(self, feature_gates: dict) -> None:
+        """The same kubelet build, on the same directories, with these feature gates (its pods cleared first)."""
+        old = self.kubelet
+        old.stop()
+        self.kubelet = kubelet_env.KubeletProcess(old.workdir, old.endpoint, node_labels=old.node_labels,
+                                                  binary=old.binary, feature_gates=feature_gates).start()
+
     def running_pods(self) -> int:
         from cri_proto import cri_runtime_v1_pb2 as cri_pb
         return sum(s.state == cri_pb.SANDBOX_READY for s in self.containerd.cri.list_sandboxes())
@@ -210,15 +225,26 @@ def run(params: NodeParams) -> dict:
             shim = DaemonProcess(workdir / "shim", ["--runtime-endpoint", containerd.endpoint,
                                                     "--trace-exporter", "none"]).start()
             stack.callback(shim.stop)
+            delegating = kubelet_env.delegating_kubelet_binary()
             # A shim node, as the kubelet drop-in labels it: converted pods require the label (their affinity).
-            kubelet = stack.enter_context(kubelet_env.running_kubelet(
-                workdir / "kubelet", f"unix://{shim.socket_path}", node_labels={NODE_LABEL: NODE_LABEL_VALUE}))
-            rig = Rig(containerd, shim, kubelet)
+            kubelet = kubelet_env.KubeletProcess(workdir / "kubelet", f"unix://{shim.socket_path}",
+                                                 node_labels={NODE_LABEL: NODE_LABEL_VALUE}, binary=delegating)
+            rig = Rig(containerd, shim, kubelet.start())
+            stack.callback(lambda: rig.kubelet.stop())
             stack.callback(rig.clear, params.ready_timeout_s)
-            phases = {phase: run_phase(rig, phase, params) for phase in PHASES}
+            phases = {phase: run_phase(rig, phase, params) for phase in PHASES if phase != "delegated"}
+            if delegating is None:
+                phases["delegated"] = {"skipped": "needs the delegating kubelet (hack/build-kubelet-delegating.sh, "
+                                                  "`make go-binaries`): not built"}
+            else:
+                rig.clear(params.ready_timeout_s)
+                rig.restart_kubelet(DELEGATION_GATE)
+                phases["delegated"] = run_phase(rig, "delegated", params)
     except env.Unavailable as exc:
         return {"skipped": str(exc)}
     for phase in PROBED:
-        phases[phase]["per_probe_ms"] = per_probe_ms(phases[phase], phases["none"])
+        if "skipped" not in phases[phase]:
+            phases[phase]["per_probe_ms"] = per_probe_ms(phases[phase], phases["none"])
     return {"pods": params.pods, "period_s": 1, "kubelet": kubelet_env.KUBELET_VERSION,
+            "kubelet_build": "delegating (kubelet/ patch series)" if delegating else "released",
             "containerd": containerd.runtime.version, "phases": phases}

@@ -8,7 +8,6 @@ straight from containerd; with the gate off it never asks. The probing itself is
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.daemon_env import DaemonProcess
 from tests.support.kubelet_env import KubeletProcess
-from tests.support.netns_env import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -30,21 +28,14 @@ NOT_SERVED = "Probe delegation: the container runtime does not serve the ProbeSe
 LOG_TIMEOUT_S = 30.0
 
 
-def delegating_kubelet() -> Path:
-    done = subprocess.run([str(REPO_ROOT / "hack" / "build-kubelet-delegating.sh"), "--path"], capture_output=True,
-                          text=True, timeout=120)
-    return Path(done.stdout.strip()) if done.returncode == 0 else Path("/nonexistent")
-
-
 @pytest.fixture(scope="module")
 def node(containerd: ContainerdEnv):
     reason = kubelet_env.unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
-    binary = delegating_kubelet()
-    if not binary.exists():
-        pytest.skip(f"needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): none at "
-                    f"{binary}")
+    binary = kubelet_env.delegating_kubelet_binary()
+    if binary is None:
+        pytest.skip("needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): not built")
     if not containerd.runtime.supports_kubelet(kubelet_env.kubelet_minor()):
         pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}")
     containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.kubelet_views import POLL_S, PodView, ReadinessRecorder, pod_views, probe_counts, readiness_changes
+from tests.support.netns_env import REPO_ROOT
 
 # Imported from here by bench/node.py and tests/unit/test_kubelet_env.py: the readings live in kubelet_views.
 __all__ = ["KUBELET_VERSION", "NODE_NAME", "POLL_S", "KubeletPorts", "KubeletProcess", "ReadinessRecorder",
@@ -81,6 +82,15 @@ def kubernetes_build_dir() -> Path:
 
 def kubelet_binary() -> Path:
     return Path(os.environ.get("KUBELET_BIN") or kubernetes_build_dir() / "kubelet")
+
+
+def delegating_kubelet_binary() -> Path | None:
+    """The kubelet with the project's patch series (kubelet/, gate CRIProbeDelegation), as
+    hack/build-kubelet-delegating.sh built it into its cache (`make go-binaries`); None when it has not."""
+    done = subprocess.run([str(REPO_ROOT / "hack" / "build-kubelet-delegating.sh"), "--path"], capture_output=True,
+                          text=True, timeout=120)
+    path = Path(done.stdout.strip())
+    return path if done.returncode == 0 and os.access(path, os.X_OK) else None
 
 
 def crictl_binary() -> Path:

@@ -17,10 +17,12 @@ def phase(node_ms: float, probes_per_s: float, **roles) -> dict:
             "cpu_ms_per_s": cpu, "readiness_changes": 0, "not_ready_at_end": 0, "restarts": 0}
 
 
-def measured(native_node: float = 62.0, bridged_node: float = 130.0, daemon: float = 50.0, workers: float = 35.0):
+def measured(native_node: float = 62.0, bridged_node: float = 130.0, daemon: float = 50.0, workers: float = 35.0,
+             delegated_node: float = 55.0):
     phases = {"none": phase(30.0, 0.0), "native": phase(native_node, 30.0),
               "exec": phase(740.0, 30.0, containerd=650.0), "bridged": phase(bridged_node, 30.0, shim_daemon=daemon,
-                                                                               shim_workers=workers)}
+                                                                               shim_workers=workers),
+              "delegated": phase(delegated_node, 30.0, kubelet=13.0, shim_daemon=14.0, shim_workers=20.0)}
     for name in node.PROBED:
         phases[name]["per_probe_ms"] = node.per_probe_ms(phases[name], phases["none"])
     return {"pods": 30, "period_s": 1, "kubelet": "v1.32.10", "phases": phases}
@@ -33,6 +35,9 @@ def test_each_phase_has_its_probe_and_bridged_is_native_converted():
     assert container["readinessProbe"] == {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1}
     assert container["command"][-4:] == ["-p", "8080", "-h", "/www"]  # 0.0.0.0: the node reaches it
     assert "readinessProbe" not in yaml.safe_load(node.pod_manifest(0, "img", "none"))["spec"]["containers"][0]
+    delegated = yaml.safe_load(node.pod_manifest(3, "img", "delegated"))
+    assert delegated["metadata"]["name"] == "delegated-003"  # unconverted: the kubelet hands it to the shim
+    assert delegated["spec"]["containers"][0]["readinessProbe"] == container["readinessProbe"]
     exec_probe = yaml.safe_load(node.pod_manifest(0, "img", "exec"))["spec"]["containers"][0]["readinessProbe"]
     assert exec_probe["exec"]["command"][:2] == ["/bin/busybox", "wget"]
     assert exec_probe["exec"]["command"][-1] == "http://127.0.0.1:8080/healthz"
@@ -78,6 +83,30 @@ def test_rows_show_issue_22s_targets():
     assert (native.measured, native.status, native.note) == ("1.07 ms", report.INFO, "kubelet 0.00 ms; 30 probes/s")
 
 
+def test_the_delegated_row_is_against_the_kubelets_own_httpget_with_each_share():
+    rows = {r.figure: r for r in node_report.rows(measured())}
+    figure = "node: node CPU per delegated probe (the kubelet's CRIProbeDelegation) vs its own httpGet"
+    delegated = rows[figure]
+    assert delegated.measured == "0.78x (0.83 vs 1.07 ms)" and delegated.status == report.MET
+    assert delegated.note == ("moonshot 0.5x NOT met; kubelet 0.10 ms, shim daemon 0.20 ms, workers 0.67 ms; "
+                              "30 probes/s")
+    costly = {r.figure: r for r in node_report.rows(measured(delegated_node=70.0))}[figure]
+    assert costly.measured == "1.25x (1.33 vs 1.07 ms)" and costly.status == report.NOT_MET
+    cheap = {r.figure: r for r in node_report.rows(measured(delegated_node=40.0))}[figure]
+    assert cheap.note.startswith("moonshot 0.5x met")
+
+
+def test_without_the_delegating_kubelet_its_phase_is_skipped_and_the_rest_stands():
+    s = measured()
+    s["phases"]["delegated"] = {"skipped": "needs the delegating kubelet"}
+    rows = {r.figure: r for r in node_report.rows(s)}
+    skipped = rows["node: node CPU per delegated probe (the kubelet's CRIProbeDelegation) vs its own httpGet"]
+    assert (skipped.measured, skipped.note) == ("skipped", "needs the delegating kubelet")
+    assert rows["node (real kubelet): every pod Ready, no flip, no restart, every phase"].status == report.MET
+    last = node_report.details(s).splitlines()[-1].split()
+    assert last[:6] == ["delegated", "-", "skipped:", "needs", "the", "delegating"]
+
+
 def test_a_native_probe_cheaper_than_no_probe_gives_no_ratio():
     rows = {r.figure: r for r in node_report.rows(measured(native_node=25.0))}  # busier without probes: noise
     ratio = rows["node: node CPU per bridged probe vs the kubelet's own httpGet"]
@@ -101,8 +130,9 @@ def test_without_a_kubelet_every_row_says_why():
 def test_the_table_has_a_line_per_phase():
     text = node_report.details(measured())
     lines = text.splitlines()
-    assert lines[0].startswith("node: 30 static pods under a real kubelet v1.32.10 on containerd 1.6, one")
-    renamed = node_report.details({**measured(), "kubelet": "v1.37.2", "containerd": "2.4.2"}).splitlines()[0]
-    assert renamed.startswith("node: 30 static pods under a real kubelet v1.37.2 on containerd 2.4.2, one")
+    assert lines[0].startswith("node: 30 static pods under a real kubelet v1.32.10 (released) on containerd 1.6, one")
+    renamed = node_report.details({**measured(), "kubelet": "v1.37.2", "containerd": "2.4.2",
+                                   "kubelet_build": "delegating"}).splitlines()[0]
+    assert renamed.startswith("node: 30 static pods under a real kubelet v1.37.2 (delegating) on containerd 2.4.2")
     assert [line.split()[0] for line in lines[3:]] == list(node.PHASES)
-    assert "130.0 (3.33)" in lines[-1]  # the bridged node: ms per second, and per probe above none
+    assert "130.0 (3.33)" in lines[-2]  # the bridged node: ms per second, and per probe above none
