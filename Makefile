@@ -16,7 +16,8 @@ else
   RUN_STATE := $(CURDIR)/run/state
 endif
 
-.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s containerd go-binaries test-matrix control-plane
+.PHONY: system-deps test e2e run demo bench bench-full protos clean k8s containerd go-binaries test-matrix control-plane \
+	kubelet-delegating delegation
 
 # Kubernetes binaries (hack/build-kubernetes.sh) and containerd 2.x (hack/build-containerd.sh) from the Go module
 # proxy, cached outside the work tree by version. The tests run kubelet K8S_VERSION on containerd CONTAINERD_VERSION
@@ -104,6 +105,15 @@ containerd:
 # The one-machine cluster's tests alone (tests/e2e/test_control_plane.py; also part of `make test`).
 control-plane: system-deps $(VENV)/.installed-test go-binaries
 	$(PY) -m pytest -q -ra tests/e2e/test_control_plane.py $(PYTEST_ARGS)
+
+# The delegating kubelet (kubelet/: the patch series on $(K8S_VERSION), gate CRIProbeDelegation), its unit tests,
+# and the tests that run it through the shim (all also part of `make test`).
+kubelet-delegating:
+	hack/build-kubelet-delegating.sh
+
+delegation: system-deps $(VENV)/.installed-test go-binaries
+	$(PY) -m pytest -q -ra tests/system/test_kubelet_series.py tests/e2e/test_kubelet_delegation.py \
+		tests/e2e/test_delegated_probes.py $(PYTEST_ARGS)
 
 # The real-kubelet tests against every supported kubelet, each on the runtimes it supports (not part of `make test`:
 # it builds two more kubelets and runs the tests four times); prints one table, test x version.

@@ -246,5 +246,5 @@ def run(params: NodeParams) -> dict:
         if "skipped" not in phases[phase]:
             phases[phase]["per_probe_ms"] = per_probe_ms(phases[phase], phases["none"])
     return {"pods": params.pods, "period_s": 1, "kubelet": kubelet_env.KUBELET_VERSION,
-            "kubelet_build": "delegating (kubelet/ patch series)" if delegating else "released",
+            "kubelet_build": "the delegating build, kubelet/" if delegating else "released",
             "containerd": containerd.runtime.version, "phases": phases}
