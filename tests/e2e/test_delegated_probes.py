@@ -15,8 +15,8 @@ What each test proves:
 - an endpoint made to fail turns the pod NOT ready within its thresholds and back, with the kubelet's event;
 - a startup probe holds liveness back; a failing liveness probe makes the kubelet restart the container, and the
   probe follows the new container;
-- the unpatched kubelet (the same build, gate off) shows the same readiness timeline for the same pod, within one
-  period;
+- the unpatched kubelet shows the same startup, readiness and liveness timeline for the same pod, within one
+  period; the same build with the gate off probes as upstream does (the pod's 127.0.0.1 probe fails on the node);
 - faults (shim kill -9, 5 s without a shim, a containerd restart) flip nothing and restart nothing;
 - a removed pod's probes are stopped in the shim;
 - postStart and preStop httpGet hooks on the pod's own 127.0.0.1 run in the pod (ExecProbe as a lifecycle hook),
@@ -44,7 +44,9 @@ from probe_api.defaults import KUBELET_VERSION
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.kubelet_env import KubeletProcess
-from tests.support.kubelet_node import GRPC_PORT, HTTP_PORT, PERIOD_S, Node, http_get, httpd, probe, static_pod
+from tests.support.kubelet_node import (
+    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, probe, static_pod,
+)
 from tests.support.kubelet_views import ReadinessRecorder, log_records
 
 pytestmark = pytest.mark.e2e
@@ -321,6 +323,26 @@ def test_the_unpatched_kubelet_shows_the_same_timeline_within_one_period(k):
         swap_kubelet(k, "kubelet", binary=binary, feature_gates=GATE)  # a restart of the delegating kubelet
     for what in ("started", "ready", "restarted"):
         assert abs(delegated[what] - native[what]) <= PERIOD_S + 0.5, (what, delegated, native)
+
+
+def test_with_the_gate_off_the_same_build_probes_as_upstream_does(k):
+    binary = k.kubelet.binary
+    admin = free_node_port()  # nothing listens there on the node's own loopback
+    try:
+        swap_kubelet(k, "kubelet-gate-off", binary=binary)
+        pod_ip = k.apply(static_pod("off-pod-ip", k.www("off-pod-ip"), [
+            httpd("web", k.containerd.images.http, readinessProbe=probe(http_get()))]), convert=False)
+        loopback = k.apply(static_pod("off-loopback", k.www("off-loopback"), [
+            httpd("web", k.containerd.images.http, listen=f"127.0.0.1:{admin}",
+                  readinessProbe=probe(http_get(admin, host="127.0.0.1")))]), convert=False)
+        k.wait_ready(pod_ip)
+        # The kubelet probes the node's 127.0.0.1 for the other one: it fails there, as upstream's does.
+        k.kubelet.wait_for_counts("3 failed loopback probes",
+                                  lambda c: count(c, loopback, "web", "Readiness", "failed") >= 3)
+        assert not k.kubelet.pods()[loopback].ready
+        assert delegated_probes(k) == [] and "Probe delegation" not in k.kubelet.log_text()
+    finally:
+        swap_kubelet(k, "kubelet", binary=binary, feature_gates=GATE)
 
 
 # --- faults -------------------------------------------------------------------------------------------------------------
