@@ -30,9 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -45,7 +43,7 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.kubelet_env import KubeletProcess
 from tests.support.kubelet_node import (
-    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, probe, static_pod,
+    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, probe, running_node, static_pod,
 )
 from tests.support.kubelet_views import ReadinessRecorder, log_records
 
@@ -58,30 +56,12 @@ GAP_S = 5
 
 @pytest.fixture(scope="module")
 def node(containerd: ContainerdEnv):
-    reason = kubelet_env.unavailable_reason()
+    reason = kubelet_env.delegation_unavailable_reason(containerd.runtime)
     if reason is not None:
         pytest.skip(reason)
-    binary = kubelet_env.delegating_kubelet_binary()
-    if binary is None:
-        pytest.skip("needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): not built")
-    if not containerd.runtime.supports_kubelet(kubelet_env.kubelet_minor()):
-        pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}")
-    containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
-    workdir = Path(tempfile.mkdtemp(prefix="delegated-", dir=containerd.session.path()))
-    (workdir / "shim").mkdir()
-    node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
-    node.start_shim()
-    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}", binary=binary,
-                                  feature_gates=GATE).start()
-    try:
+    with running_node(containerd, "delegated-", binary=kubelet_env.delegating_kubelet_binary(),
+                      feature_gates=GATE) as node:
         yield node
-    finally:
-        try:
-            node.remove_pods()
-        finally:
-            node.kubelet.stop()
-            node.shim.stop()
-            containerd.remove_all_sandboxes()
 
 
 @pytest.fixture

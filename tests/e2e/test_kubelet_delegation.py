@@ -30,14 +30,10 @@ LOG_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module")
 def node(containerd: ContainerdEnv):
-    reason = kubelet_env.unavailable_reason()
+    reason = kubelet_env.delegation_unavailable_reason(containerd.runtime)
     if reason is not None:
         pytest.skip(reason)
     binary = kubelet_env.delegating_kubelet_binary()
-    if binary is None:
-        pytest.skip("needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): not built")
-    if not containerd.runtime.supports_kubelet(kubelet_env.kubelet_minor()):
-        pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}")
     containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
     workdir = Path(tempfile.mkdtemp(prefix="delegation-", dir=containerd.session.path()))
     (workdir / "shim").mkdir()

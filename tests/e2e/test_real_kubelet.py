@@ -33,9 +33,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import jsonpatch
@@ -47,9 +45,10 @@ from probe_api.defaults import KUBELET_VERSION
 from probe_api.rollout import CONVERT_LABEL, NODE_LABEL, NODE_LABEL_VALUE
 from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
-from tests.support.kubelet_env import KubeletProcess, crictl_binary
+from tests.support.kubelet_env import crictl_binary
 from tests.support.kubelet_node import (
-    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, node_refuses, probe, static_pod,
+    GRPC_PORT, HTTP_PORT, PERIOD_S, free_node_port, http_get, httpd, node_refuses, probe, running_node,
+    static_pod,
 )
 from tests.support.kubelet_views import ReadinessRecorder, log_records
 from tests.support.netns_env import REPO_ROOT
@@ -69,26 +68,9 @@ def node(containerd: ContainerdEnv):
         pytest.skip(f"kubelet {kubelet_env.KUBELET_VERSION} does not support containerd {containerd.runtime.version}"
                     " (1.35 is the last Kubernetes release that supports containerd 1.x; `make test-matrix` runs "
                     "kubelet 1.35 on it)")
-    containerd.remove_all_sandboxes()  # the kubelet kills every sandbox it does not know
-    # Under containerd's session dir, not pytest's: the suite's reaper of orphaned zygotes (tests/conftest.py)
-    # must not take the workers this module's daemons hand over to each other; the session's teardown kills all.
-    # A directory of its own: test_real_kubelet_answers.py runs a node of this fixture too, in the same session.
-    workdir = Path(tempfile.mkdtemp(prefix="node-", dir=containerd.session.path()))
-    (workdir / "shim").mkdir()
-    node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
-    node.start_shim()
     # Labelled as the kubelet drop-in labels a shim node: converted pods require it (their node affinity).
-    node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}",
-                                  node_labels={NODE_LABEL: NODE_LABEL_VALUE}).start()
-    try:
+    with running_node(containerd, "node-", node_labels={NODE_LABEL: NODE_LABEL_VALUE}) as node:
         yield node
-    finally:
-        try:
-            node.remove_pods()
-        finally:
-            node.kubelet.stop()
-            node.shim.stop()
-            containerd.remove_all_sandboxes()
 
 
 @pytest.fixture

@@ -93,6 +93,18 @@ def delegating_kubelet_binary() -> Path | None:
     return path if done.returncode == 0 and os.access(path, os.X_OK) else None
 
 
+def delegation_unavailable_reason(runtime) -> str | None:
+    """Why the delegating kubelet cannot run here on this containerd (a Runtime), or None."""
+    reason = unavailable_reason()
+    if reason is not None:
+        return reason
+    if delegating_kubelet_binary() is None:
+        return "needs the delegating kubelet (hack/build-kubelet-delegating.sh, `make go-binaries`): not built"
+    if not runtime.supports_kubelet(kubelet_minor()):
+        return f"kubelet {KUBELET_VERSION} does not support containerd {runtime.version}"
+    return None
+
+
 def crictl_binary() -> Path:
     return Path(os.environ.get("CRICTL_BIN") or kubernetes_build_dir() / "crictl")
 

@@ -9,10 +9,13 @@ sandboxes as containerd reports them, waiting until pods are Ready, removing the
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +91,35 @@ class Node:
 
     def remove_pods(self) -> None:
         self.kubelet.remove_all_pods(pods_gone=lambda: not self.running_sandboxes(), timeout_s=READY_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def running_node(containerd: ContainerdEnv, prefix: str, **kubelet_options) -> Iterator[Node]:
+    """A node of its own: every sandbox removed first (the kubelet kills those it does not know), a shim, then a
+    kubelet whose CRI endpoint is the shim (kubelet_options: KubeletProcess's); its pods removed, the kubelet and the
+    shim stopped and every sandbox removed after.
+
+    Under containerd's session dir, not pytest's: the suite's reaper of orphaned zygotes (tests/conftest.py) must not
+    take the workers a node's daemons hand over to each other; the session's teardown kills all. A directory per node
+    (prefix): several modules run a node in the same session."""
+    containerd.remove_all_sandboxes()
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=containerd.session.path()))
+    (workdir / "shim").mkdir()
+    node = Node(containerd, None, None, workdir)  # type: ignore[arg-type]
+    node.start_shim()
+    try:
+        node.kubelet = KubeletProcess(workdir / "kubelet", f"unix://{node.shim.socket_path}",
+                                      **kubelet_options).start()
+        yield node
+    finally:
+        try:
+            if node.kubelet is not None:
+                node.remove_pods()
+        finally:
+            if node.kubelet is not None:
+                node.kubelet.stop()
+            node.shim.stop()
+            containerd.remove_all_sandboxes()
 
 
 def www_dir(root: Path, name: str) -> Path:
