@@ -26,7 +26,6 @@ What each test proves:
 from __future__ import annotations
 
 import ipaddress
-import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +42,8 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.kubelet_env import KubeletProcess
 from tests.support.kubelet_node import (
-    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, free_node_port, http_get, httpd, probe, running_node, static_pod,
+    GRPC_PORT, HTTP_PORT, PERIOD_S, Node, fault_pods, free_node_port, http_get, httpd, probe, probe_count as count,
+    kill_and_stop_the_shim, restart_containerd, running_node, static_pod,
 )
 from tests.support.kubelet_views import ReadinessRecorder, log_records
 
@@ -69,10 +69,6 @@ def k(node):
     """The node, its pods removed after the test (each test starts with none)."""
     yield node
     node.remove_pods()
-
-
-def count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
-    return counts.get((pod, container, probe_type, result), 0.0)
 
 
 def delegated_probes(k: Node) -> list[service_pb.Probe]:
@@ -328,38 +324,12 @@ def test_with_the_gate_off_the_same_build_probes_as_upstream_does(k):
 # --- faults -------------------------------------------------------------------------------------------------------------
 
 def test_faults_under_a_delegating_kubelet_flip_nothing(k):
-    image = k.containerd.images.http
-    names = [
-        k.apply(static_pod("f-http", k.www("f-http"), [httpd("web", image, readinessProbe=probe(http_get()),
-                                                             livenessProbe=probe(http_get()))]), convert=False),
-        k.apply(static_pod("f-loopback", k.www("f-loopback"), [
-            httpd("web", image, listen=f"127.0.0.1:{HTTP_PORT}", readinessProbe=probe(http_get(host="127.0.0.1")))]),
-            convert=False),
-        k.apply(static_pod("f-tcp", k.www("f-tcp"), [
-            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))]), convert=False),
-    ]
+    names = fault_pods(k, convert=False)
     k.wait_ready(*names)
 
-    def probes_answer_again(what: str) -> None:
-        """Every pod's readiness probe succeeds twice more (counted by the kubelet from the shim that runs now)."""
-        before = k.kubelet.probe_counts()
-        k.kubelet.wait_for_counts(f"probes answered after {what}", lambda c: all(
-            count(c, n, "web", "Readiness", "successful") >= count(before, n, "web", "Readiness", "successful") + 2
-            for n in names), timeout_s=60)
-
     with ReadinessRecorder(k.kubelet, names) as recorder:
-        k.shim.crash()  # kill -9
-        k.start_shim()
-        probes_answer_again("a kill -9 of the shim")
-
-        k.shim.stop(signal.SIGTERM)  # systemd's stop: the workers are handed over
-        time.sleep(GAP_S)  # the fault itself: no shim at all for GAP_S
-        k.start_shim()
-        probes_answer_again(f"a SIGTERM and {GAP_S} s without a shim")
-
-        k.containerd.stop_containerd()
-        k.containerd.start_containerd()
-        probes_answer_again("a containerd restart")
+        kill_and_stop_the_shim(k, names, GAP_S)  # the kubelet's watch ends; its registrations stay
+        restart_containerd(k, names)
 
     assert recorder.samples and not recorder.errors
     assert recorder.not_ready_samples() == {}

@@ -47,8 +47,9 @@ from tests.support import kubelet_env
 from tests.support.containerd_env import ContainerdEnv
 from tests.support.kubelet_env import crictl_binary
 from tests.support.kubelet_node import (
-    GRPC_PORT, HTTP_PORT, PERIOD_S, free_node_port, http_get, httpd, node_refuses, probe, running_node,
-    static_pod,
+    GRPC_PORT, HTTP_PORT, PERIOD_S, fault_pods, free_node_port, http_get, httpd, node_refuses, probe,
+    kill_and_stop_the_shim, probe_count as count, restart_containerd, running_node, static_pod,
+    wait_probes_answered,
 )
 from tests.support.kubelet_views import ReadinessRecorder, log_records
 from tests.support.netns_env import REPO_ROOT
@@ -78,10 +79,6 @@ def k(node):
     """The node, its pods removed after the test (each test starts with none)."""
     yield node
     node.remove_pods()
-
-
-def count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
-    return counts.get((pod, container, probe_type, result), 0.0)
 
 
 # --- readiness through the bridge ----------------------------------------------------------------------------------
@@ -299,44 +296,20 @@ def test_converted_post_start_and_pre_stop_hooks_reach_the_pod(k):
 # --- faults under a running kubelet -----------------------------------------------------------------------------------
 
 def test_faults_under_a_running_kubelet_flip_nothing(k):
-    image = k.containerd.images.http
-    names = [
-        k.apply(static_pod("f-http", k.www("f-http"), [httpd("web", image, readinessProbe=probe(http_get()),
-                                                             livenessProbe=probe(http_get()))])),
-        k.apply(static_pod("f-loopback", k.www("f-loopback"), [
-            httpd("web", image, listen=f"127.0.0.1:{HTTP_PORT}", readinessProbe=probe(http_get(host="127.0.0.1")))])),
-        k.apply(static_pod("f-tcp", k.www("f-tcp"), [
-            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))])),
-    ]
+    names = fault_pods(k, convert=True)
     k.wait_ready(*names)
 
-    def probes_answer_again(what: str) -> None:
-        """Every pod's readiness probe succeeds twice more, answered by the shim that runs now."""
-        before = k.kubelet.probe_counts()
-        k.kubelet.wait_for_counts(f"probes answered after {what}", lambda c: all(
-            count(c, n, "web", "Readiness", "successful") >= count(before, n, "web", "Readiness", "successful") + 2
-            for n in names), timeout_s=60)
-
     with ReadinessRecorder(k.kubelet, names) as recorder:
-        k.shim.crash()  # kill -9
-        k.start_shim()
-        probes_answer_again("a kill -9 of the shim")
-
-        k.shim.stop(signal.SIGTERM)  # systemd's stop: the workers are handed over
-        time.sleep(GAP_S)  # the fault itself: no shim at all for GAP_S (the kubelet's ExecSyncs fail meanwhile)
-        k.start_shim()
-        probes_answer_again(f"a SIGTERM and {GAP_S} s without a shim")
+        kill_and_stop_the_shim(k, names, GAP_S)  # the kubelet's ExecSyncs fail meanwhile
 
         workers = {s.worker.pid for s in k.shim.stub.ListProbeSandboxes(
             service_pb.ListProbeSandboxesRequest(), timeout=10).sandboxes if s.worker.pid}
         assert workers
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
-        probes_answer_again("a kill -9 of the workers")
+        wait_probes_answered(k, names, "a kill -9 of the workers")
 
-        k.containerd.stop_containerd()
-        k.containerd.start_containerd()
-        probes_answer_again("a containerd restart")
+        restart_containerd(k, names)
 
     assert recorder.samples and not recorder.errors
     assert recorder.not_ready_samples() == {}

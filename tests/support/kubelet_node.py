@@ -10,6 +10,7 @@ sandboxes as containerd reports them, waiting until pods are Ready, removing the
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -120,6 +121,53 @@ def running_node(containerd: ContainerdEnv, prefix: str, **kubelet_options) -> I
                 node.kubelet.stop()
             node.shim.stop()
             containerd.remove_all_sandboxes()
+
+
+# --- the fault scenario (a shim killed or absent, containerd restarted: nothing may flip) ----------------------------
+
+def fault_pods(node: Node, *, convert: bool) -> list[str]:
+    """Readiness and liveness on the pod IP, readiness on the pod's own 127.0.0.1, TCP readiness: one pod each."""
+    image = node.containerd.images.http
+    return [
+        node.apply(static_pod("f-http", node.www("f-http"), [
+            httpd("web", image, readinessProbe=probe(http_get()), livenessProbe=probe(http_get()))]), convert=convert),
+        node.apply(static_pod("f-loopback", node.www("f-loopback"), [
+            httpd("web", image, listen=f"127.0.0.1:{HTTP_PORT}", readinessProbe=probe(http_get(host="127.0.0.1")))]),
+            convert=convert),
+        node.apply(static_pod("f-tcp", node.www("f-tcp"), [
+            httpd("web", image, readinessProbe=probe({"tcpSocket": {"port": HTTP_PORT}}))]), convert=convert),
+    ]
+
+
+def probe_count(counts: dict, pod: str, container: str, probe_type: str, result: str) -> float:
+    """One series of the kubelet's prober_probe_total (KubeletProcess.probe_counts)."""
+    return counts.get((pod, container, probe_type, result), 0.0)
+
+
+def wait_probes_answered(node: Node, names: list[str], what: str) -> None:
+    """Every pod's readiness probe (container `web`) succeeds twice more, as the kubelet counts it."""
+    before = node.kubelet.probe_counts()
+    node.kubelet.wait_for_counts(f"probes answered after {what}", lambda c: all(
+        probe_count(c, n, "web", "Readiness", "successful") >=
+        probe_count(before, n, "web", "Readiness", "successful") + 2 for n in names), timeout_s=60)
+
+
+def kill_and_stop_the_shim(node: Node, names: list[str], gap_s: float) -> None:
+    """A kill -9 of the shim and a new one; then systemd's stop (SIGTERM: the workers are handed over), gap_s without
+    any shim (the fault itself), and a new one: each time until the pods' probes are answered again."""
+    node.shim.crash()
+    node.start_shim()
+    wait_probes_answered(node, names, "a kill -9 of the shim")
+    node.shim.stop(signal.SIGTERM)
+    time.sleep(gap_s)
+    node.start_shim()
+    wait_probes_answered(node, names, f"a SIGTERM and {gap_s:g} s without a shim")
+
+
+def restart_containerd(node: Node, names: list[str]) -> None:
+    node.containerd.stop_containerd()
+    node.containerd.start_containerd()
+    wait_probes_answered(node, names, "a containerd restart")
 
 
 def www_dir(root: Path, name: str) -> Path:
