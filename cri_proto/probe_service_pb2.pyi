@@ -252,16 +252,18 @@ class ProbeStatusResponse(_message.Message):
     def __init__(self, probes: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., instance_id: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class WatchProbeStatusRequest(_message.Message):
-    __slots__ = ("filter", "instance_id", "since_revision", "every_attempt")
+    __slots__ = ("filter", "instance_id", "since_revision", "every_attempt", "unsuccessful_attempts")
     FILTER_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SINCE_REVISION_FIELD_NUMBER: _ClassVar[int]
     EVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    UNSUCCESSFUL_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     filter: ProbeFilter
     instance_id: str
     since_revision: int
     every_attempt: bool
-    def __init__(self, filter: _Optional[_Union[ProbeFilter, _Mapping]] = ..., instance_id: _Optional[str] = ..., since_revision: _Optional[int] = ..., every_attempt: _Optional[bool] = ...) -> None: ...
+    unsuccessful_attempts: bool
+    def __init__(self, filter: _Optional[_Union[ProbeFilter, _Mapping]] = ..., instance_id: _Optional[str] = ..., since_revision: _Optional[int] = ..., every_attempt: _Optional[bool] = ..., unsuccessful_attempts: _Optional[bool] = ...) -> None: ...
 
 class WatchProbeStatusResponse(_message.Message):
     __slots__ = ("instance_id", "revision", "type", "probe")

@@ -12,7 +12,8 @@ Watch protocol, as the client sees it:
 - A probe that stops matching a filter because an update changed its labels, container or state is REMOVED for
   that watcher, as Kubernetes does for label-selector watches, so a client's view never keeps a probe outside its
   filter.
-- ATTEMPT events (every_attempt only) carry the board's current revision; they are best effort and never replayed.
+- ATTEMPT events (every_attempt, or unsuccessful_attempts for an attempt that did not succeed) carry the board's
+  current revision; they are best effort and never replayed.
 - A watcher whose buffer fills up is dropped at once (producers never wait) and its stream ends with RESYNC. The
   RESYNC revision is a safe resume point: everything up to it that matched was delivered (0 if the snapshot had not
   completed). Resume from the last revision received, and only once SNAPSHOT_COMPLETE has been seen.
@@ -142,13 +143,18 @@ def snapshot_responses(probes: Iterable[Probe], filter: ProbeFilter, instance_id
 class _Watcher:
     """One watch stream's bounded buffer. Producers never wait: a full buffer marks the watcher overflowed."""
 
-    def __init__(self, filter: ProbeFilter, every_attempt: bool, capacity: int) -> None:
+    def __init__(self, filter: ProbeFilter, every_attempt: bool, capacity: int, *,
+                 unsuccessful_attempts: bool = False) -> None:
         self.filter = filter
         self.every_attempt = every_attempt
+        self.unsuccessful_attempts = unsuccessful_attempts
         self.overflowed = False
         self._capacity = capacity
         self._pending: collections.deque[WatchResponse] = collections.deque()
         self._wakeup = asyncio.Event()
+
+    def wants_attempt(self, result: int) -> bool:
+        return self.every_attempt or (self.unsuccessful_attempts and result != spec_pb.RESULT_SUCCESS)
 
     def end(self) -> None:
         """No more events: the stream ends with RESYNC at the last revision it delivered, as an overflow does
@@ -281,7 +287,8 @@ class StatusBoard:
         """Applies an attempt's effects (in `status`: last attempt, totals, counters), without a new revision.
 
         Attempts are not state changes: they are neither in the history nor sent to watchers without
-        every_attempt. mutate must only touch status fields (not the identity a filter looks at).
+        every_attempt (or, for one that did not succeed, unsuccessful_attempts). mutate must only touch status fields
+        (not the identity a filter looks at).
         """
         current = self._probes.get(probe_id)
         if current is None:
@@ -294,7 +301,8 @@ class StatusBoard:
         self._probes[probe_id] = probe
         if self._listener is not None:
             self._listener(probe_id, probe, False)
-        targets = [w for w in self._watchers if w.every_attempt and matches(w.filter, probe)]
+        result = probe.status.last_attempt.result
+        targets = [w for w in self._watchers if w.wants_attempt(result) and matches(w.filter, probe)]
         if targets:
             response = self._response(service_pb.ATTEMPT, probe)
             for watcher in targets:
@@ -317,7 +325,8 @@ class StatusBoard:
         """
         filter = ProbeFilter()
         filter.CopyFrom(request.filter)
-        watcher = _Watcher(filter, request.every_attempt, self._watcher_queue)
+        watcher = _Watcher(filter, request.every_attempt, self._watcher_queue,
+                           unsuccessful_attempts=request.unsuccessful_attempts)
         # No await between computing the backlog and registering: nothing can happen in between.
         backlog, delivered = self._backlog(request, filter)
         if self._ended:

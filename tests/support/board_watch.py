@@ -24,9 +24,10 @@ def probe(probe_id: str, sandbox: str = "sb1", container: str = "c1", probe_type
 
 
 def watch_request(instance_id: str = "", since: int = 0, every_attempt: bool = False,
-                  **filter_fields) -> service_pb.WatchProbeStatusRequest:
+                  unsuccessful_attempts: bool = False, **filter_fields) -> service_pb.WatchProbeStatusRequest:
     return service_pb.WatchProbeStatusRequest(filter=service_pb.ProbeFilter(**filter_fields), instance_id=instance_id,
-                                              since_revision=since, every_attempt=every_attempt)
+                                              since_revision=since, every_attempt=every_attempt,
+                                              unsuccessful_attempts=unsuccessful_attempts)
 
 
 def brief(response: service_pb.WatchProbeStatusResponse) -> tuple[str, str, int]:

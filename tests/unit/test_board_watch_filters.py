@@ -119,6 +119,24 @@ def test_a_state_filter_of_unknown_is_not_an_unset_filter():
     assert len(board.list(service_pb.ProbeFilter())) == 2
 
 
+def test_unsuccessful_attempts_only_reach_watchers_that_asked_for_them():
+    async def main():
+        board = StatusBoard()
+        board.put(probe("p1", sandbox="s1"))
+        unsuccessful = board.watch(watch_request(unsuccessful_attempts=True))
+        await take(unsuccessful, 2)
+        board.record_attempt("p1", attempted(spec_pb.RESULT_SUCCESS))  # a healthy attempt: nothing to send
+        for result in (spec_pb.RESULT_FAILURE, spec_pb.RESULT_WARNING, spec_pb.RESULT_UNKNOWN):
+            board.record_attempt("p1", attempted(result))
+            event = await next_event(unsuccessful)
+            assert brief(event) == ("ATTEMPT", "p1", 1) and event.probe.status.last_attempt.result == result
+        board.put(probe("marker", sandbox="s1", container="m"))
+        assert brief(await next_event(unsuccessful)) == ("UPDATED", "marker", 2), "no ATTEMPT for the success"
+        await unsuccessful.aclose()
+
+    asyncio.run(main())
+
+
 def test_every_attempt_only_for_watchers_that_asked():
     async def main():
         board = StatusBoard()
