@@ -43,7 +43,7 @@ QUICK = Mode(
     bridge_load=BridgeLoadParams(rates=(30.0, 300.0), window_s=8.0),
     pressure_s=10.0, pressure_warmup_s=2.0,
     restart=RestartParams(sandboxes=20, warmup_s=3.0, steady_s=10.0, settle_s=5.0),
-    node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0),
+    node=NodeParams(pods=10, warmup_s=3.0, window_s=10.0, restart_settle_s=5.0),
     admission=AdmissionParams(rate=200, window_s=10.0),
     pod_creation=PodCreationParams(pods=10),
 )

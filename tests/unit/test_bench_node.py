@@ -47,6 +47,17 @@ def test_each_phase_has_its_probe_and_bridged_is_native_converted():
     assert json.loads(command[2]) == {"httpGet": {"path": "/healthz", "port": 8080}}
 
 
+def test_the_shims_totals_count_as_the_kubelets_series():
+    from cri_proto import probe_service_pb2 as service_pb
+    from cri_proto import probe_spec_pb2 as spec_pb
+    probe = service_pb.Probe(container_name="web", type=spec_pb.READINESS,
+                             labels={"io.kubernetes.pod.name": "delegated-000-node1"},
+                             status=service_pb.ProbeStatus(totals=service_pb.AttemptTotals(success=7, warning=1,
+                                                                                           failure=2)))
+    assert node.attempt_counts([probe]) == {("delegated-000-node1", "web", "Readiness", "successful"): 8.0,
+                                            ("delegated-000-node1", "web", "Readiness", "failed"): 2.0}
+
+
 def test_node_busy_time_leaves_idle_and_iowait_out():
     stat = "cpu  100 20 30 1000 50 5 5 10 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n"
     assert node.node_busy_s(stat) * node.os.sysconf("SC_CLK_TCK") == 170
