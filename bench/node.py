@@ -8,8 +8,8 @@ shim, and N static pods (busybox httpd serving /healthz on 0.0.0.0:8080) with on
   native     the kubelet's own httpGet to the pod IP, from the node's netns (the problem this project solves)
   exec       a classic exec probe: `busybox wget` to the pod's 127.0.0.1 (ExecSync: containerd, its shim, runc)
   bridged    the native httpGet converted by `probectl convert`: a marker ExecSync the shim answers in the pod's netns
-  delegated  the native httpGet unconverted, under the same kubelet restarted with CRIProbeDelegation on: the shim
-             probes on its own schedule and the kubelet hears each attempt on one watch stream
+  delegated  the native httpGet unconverted, under CRIProbeDelegation: the shim probes on its own schedule and the
+             kubelet hears state changes and unsuccessful attempts on one watch stream
 
 The kubelet is the project's patched build (kubelet/, hack/build-kubelet-delegating.sh) for every phase: with the
 gate on for none, exec, bridged and delegated (the gate changes nothing for exec probes, so the baseline is the
@@ -40,9 +40,9 @@ import psutil
 import yaml
 
 from bench import env
-from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.rollout import NODE_LABEL, NODE_LABEL_VALUE
 from probectl.convert import convert
 from tests.support import kubelet_env
 from tests.support.containerd_env import running_containerd

@@ -17,6 +17,7 @@ Free of pytest (the benchmark imports it): `unavailable_reason()` says why it ca
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -84,9 +85,11 @@ def kubelet_binary() -> Path:
     return Path(os.environ.get("KUBELET_BIN") or kubernetes_build_dir() / "kubelet")
 
 
+@functools.cache
 def delegating_kubelet_binary() -> Path | None:
     """The kubelet with the project's patch series (kubelet/, gate CRIProbeDelegation), as
-    hack/build-kubelet-delegating.sh built it into its cache (`make go-binaries`); None when it has not."""
+    hack/build-kubelet-delegating.sh built it into its cache (`make go-binaries`, before the tests run); None when it
+    has not. Asked of the script once per process (it hashes the series to find the cache entry)."""
     done = subprocess.run([str(REPO_ROOT / "hack" / "build-kubelet-delegating.sh"), "--path"], capture_output=True,
                           text=True, timeout=120)
     path = Path(done.stdout.strip())
