@@ -206,9 +206,18 @@ def daemon_children(daemon: DaemonProcess) -> list[psutil.Process]:
     return psutil.Process(daemon.proc.pid).children()
 
 
+def _command_line(process: psutil.Process) -> str:
+    """Its argv joined, or "" for a process already dead: a killed zygote and its workers stay zombies for a moment,
+    until the daemon (their subreaper) reaps them, and a zombie has no argv to read (psutil.ZombieProcess)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def zygote_of(daemon: DaemonProcess) -> psutil.Process:
     """The daemon's child running probe_zygote.main that is not a worker (adopted workers carry the zygote's argv too)."""
     workers = {p.status.worker.pid for p in status(daemon).probes}
     (zygote,) = [p for p in daemon_children(daemon)
-                 if "probe_zygote" in " ".join(p.cmdline()) and p.pid not in workers]
+                 if "probe_zygote" in _command_line(p) and p.pid not in workers]
     return zygote
