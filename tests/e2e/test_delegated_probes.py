@@ -249,7 +249,11 @@ def timeline(k: Node, name: str) -> dict[str, float]:
     """When the kubelet showed the pod's container started, the pod Ready and the container restarted, in seconds
     after it first showed the container running (its read-only port, sampled every 100 ms)."""
     with ReadinessRecorder(k.kubelet, [name]) as recorder:
-        k.kubelet.wait_for("a restart", lambda pods: name in pods and pods[name].restarts >= 1, timeout_s=60)
+        # Until the recorder's own samples show the restart (the kubelet's port may show it between two samples).
+        deadline = time.monotonic() + 60
+        while not any(name in pods and pods[name].restarts >= 1 for _, pods in list(recorder.samples)):
+            assert time.monotonic() < deadline, f"no restart of {name} within 60 s:\n{k.kubelet.log_tail(40)}"
+            time.sleep(kubelet_env.POLL_S)  # the samples have no event to wait on
     seen: dict[str, float] = {}
     for at, pods in recorder.samples:
         pod = pods.get(name)
