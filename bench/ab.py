@@ -9,19 +9,20 @@ ratio after/before, and the verdicts. When the after run measured another checko
 (`bench/suite.py --before-code DIR`, bridge_load's "beside"), those interleaved figures follow: they are the
 fairer comparison of CPU per probe, as both shims met the same machine at the same moments.
 
-The code before issue 22 is commit 7b56778 (the last before the issue's changes). Both runs use THIS checkout's
-benchmark, so that both have the same scenarios and rows; only the shim's code differs. bench/ab_full.sh does
-all of it (`bench/ab_full.sh 7b56778`); by hand:
+The code before the node cost work (bench/node_cost.py's targets) is commit 7b56778, the last before its changes.
+Both runs use THIS checkout's benchmark, so that both have the same scenarios and rows; only the shim's code
+differs. bench/ab_full.sh does all of it (`bench/ab_full.sh 7b56778`); by hand:
 
-    git worktree add ../before-22 7b56778       # beside main; the kubelet is make k8s's cached build
-    rm -rf ../before-22/bench && cp -a bench ../before-22/bench
-    .venv/bin/python ../before-22/bench/suite.py --mode full --out /tmp/ab-22/before
-    .venv/bin/python bench/suite.py --mode full --out bench/results/DATE-HOST-full-issue22 --before-code ../before-22
-    .venv/bin/python bench/ab.py /tmp/ab-22/before/results.json bench/results/DATE-HOST-full-issue22/results.json
-    git worktree remove --force ../before-22
+    git worktree add ../before-7b56778 7b56778       # beside main; the kubelet is make k8s's cached build
+    rm -rf ../before-7b56778/bench && cp -a bench ../before-7b56778/bench
+    .venv/bin/python ../before-7b56778/bench/suite.py --mode full --out /tmp/ab/before
+    out=bench/results/DATE-HOST-full-node-cost
+    .venv/bin/python bench/suite.py --mode full --out $out --before-code ../before-7b56778
+    .venv/bin/python bench/ab.py /tmp/ab/before/results.json $out/results.json
+    git worktree remove --force ../before-7b56778
 
 (as root, from this checkout; the suite and the daemons it starts put their own checkout's code first on the
-path, so ../before-22/bench/suite.py runs the code of 7b56778 with this venv.)
+path, so ../before-7b56778/bench/suite.py runs the code of 7b56778 with this venv.)
 Run the two suites one after the other with nothing else measuring on the machine; the node's native probe (the
 kubelet's own httpGet) is in both runs and shows how much the machine itself moved between them.
 """

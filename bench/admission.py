@@ -1,4 +1,4 @@
-"""Scenario "admission": the admission webhook under a steady load of AdmissionReviews (issue 20).
+"""Scenario "admission": the admission webhook under a steady load of AdmissionReviews.
 
 `probe-shim webhook serve` as deployed (its own process, TLS with the certificates `probe-shim webhook certs`
 writes), and `rate` AdmissionReviews per second for `window_s` of a typical Deployment's pod (two containers, a

@@ -1,4 +1,4 @@
-"""Scenario "bridge_load" (issue 22): what one bridged probe costs the shim at 30 and at 300 probes/s.
+"""Scenario "bridge_load" (a node cost target): what one bridged probe costs the shim at 30 and at 300 probes/s.
 
 A bridged probe is the marker ExecSync the kubelet sends for a readiness httpGet that `probectl convert` turned
 into an exec probe (bench/exec_compare.py's `bridged_argv`); the shim answers it from a worker in the pod's netns.
@@ -10,7 +10,7 @@ workers tick), spread round robin over the pods' containers, each answered from 
   window divided by the calls made (the client's own CPU is not counted);
 - latency as the caller sees it (median, p99), one call at a time;
 - every answer checked: exit code 0 and the pod's body; anything else is counted as a bad answer.
-With more than one shim (`shims`: e.g. the code before issue 22 started from another checkout, see bench/ab.py),
+With more than one shim (`shims`: e.g. the code before a change, started from another checkout, see bench/ab.py),
 the windows alternate between them in rounds, so that whatever else the machine does hits each alike.
 """
 

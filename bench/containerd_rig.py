@@ -35,7 +35,7 @@ class ContainerdRig:
     tests/support/servers/http_server.py on 127.0.0.1:`server_port` in the first pod's netns, and a shim daemon in front
     of containerd with one probe registered in the first pod (its worker stays up), started with `shim_env`
     added to the environment. `shim_envs`: more shims, each with its own extra environment (`others`, by name);
-    `shim_roots`: more shims, each run from another checkout's code (e.g. the code before an issue, for an A/B in
+    `shim_roots`: more shims, each run from another checkout's code (e.g. the code before a change, for an A/B in
     one run). `filler_containers`: that many more containers (created, not started: a listing shows them, and
     creating one takes no runc), spread over the pods, FILLER_LABEL on each, `filler_marked` of them with the
     value "marked" (the others "plain"), so that ListContainers can be asked for a small and a large answer."""

@@ -1,4 +1,4 @@
-"""How big and how long each scenario runs in the quick and full modes (issue 6)."""
+"""How big and how long each scenario runs in the quick and full modes."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ QUICK = Mode(
 )
 
 FULL = Mode(
-    name="full",  # the reference run: every figure at the size the issue's targets are for
+    name="full",  # the reference run: every figure at the size its target is for
     scale=ScaleParams(sandbox_counts=(10, 50, 100, 250), warmup_s=5.0, window_s=30.0, punctuality_s=15.0),
     latency_count=500, latency_block=50, latency_warmup=20,
     exec_count=200, exec_warmup=10,

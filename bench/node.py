@@ -1,4 +1,4 @@
-"""Scenario "node": what one readiness probe costs the node under a real kubelet (issue 19; issue 22's targets).
+"""Scenario "node": what one readiness probe costs the node under a real kubelet (node cost targets).
 
 One private containerd, one shim in front of it, one real kubelet (tests/support/kubelet_env.py) whose CRI endpoint is the
 shim, and N static pods (busybox httpd serving /healthz on 0.0.0.0:8080) with one readiness probe each at 1 s

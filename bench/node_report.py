@@ -1,6 +1,6 @@
 """The "node" scenario's rows and table (bench/node.py): a probe's cost to the node under a real kubelet (pure).
 
-The targets are issue 22's ("Node cost"), shown beside the figures so that the run that first measured them and
+The targets are bench/node_cost.py's, shown beside the figures so that the run that first measured them and
 every later one read alike: a bridged probe costs the node no more than 1.5x the kubelet's own httpGet, and the
 shim's share of it (daemon and workers) at most 0.4 ms each; and the delegating kubelet's (kubelet/: the kubelet
 hands its probes to the shim): a delegated probe costs the node no more than the kubelet's own httpGet, moonshot
@@ -79,9 +79,9 @@ def rows(node: dict | None) -> list[Row]:
                      healthy),
         measured_row("node: node CPU per probe of the kubelet's own httpGet (the reference, same run)", "(none)",
                      node, native),
-        measured_row("node: node CPU per bridged probe vs the kubelet's own httpGet", "<= 1.5x (issue 22)", node,
+        measured_row("node: node CPU per bridged probe vs the kubelet's own httpGet", "<= 1.5x", node,
                      bridged_vs_native),
-        measured_row("node: the shim's CPU per bridged probe", "<= 0.4 ms each (issue 22)", node, shim_share),
+        measured_row("node: the shim's CPU per bridged probe", "<= 0.4 ms each", node, shim_share),
         measured_row("node: node CPU per delegated probe (the kubelet's CRIProbeDelegation) vs its own httpGet",
                      "<= 1.0x", node, delegated_vs_native),
     ]

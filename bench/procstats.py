@@ -58,7 +58,7 @@ def footprint(pid: int) -> ProcessFootprint | None:
 
 def memory_summary(daemon: ProcessFootprint, zygote: ProcessFootprint | None,
                    workers: list[ProcessFootprint]) -> dict:
-    """The figures the issue asks for, in MiB: daemon RSS and PSS, PSS per worker, total PSS
+    """The memory figures the targets are about, in MiB: daemon RSS and PSS, PSS per worker, total PSS
     (daemon + zygote + workers); fds and threads per role."""
     worker_pss = [w.pss for w in workers]
     zygote_pss = zygote.pss if zygote else 0

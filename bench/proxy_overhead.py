@@ -4,7 +4,7 @@
 `probe-shim serve --runtime-endpoint` of that containerd), interleaved call by call; the measuring is
 bench/proxy_latency.py's (owned by the proxy's author), this module adds the overhead at each percentile.
 ListContainers is asked twice on the same containers (bench/containerd_rig.py's fillers): all of them
-(LIST_CONTAINERS, issue 22's "with 100 containers") and the SMALL_LIST_CONTAINERS marked ones (a label
+(LIST_CONTAINERS, the node cost target's "with 100 containers") and the SMALL_LIST_CONTAINERS marked ones (a label
 selector): a proxy that only forwards bytes costs about the same for both answers, one that decodes or
 rebuilds them pays per container (`size_growth`).
 """

@@ -1,4 +1,4 @@
-"""The suite's verdicts and tables: every figure beside its target from issue 6 (and issue 14's restarts) (pure).
+"""The suite's verdicts and tables: every figure beside its target (the general ones and the restart ones) (pure).
 
 `evaluate` turns the results of a run into one Row per target (met / NOT met /
 skipped / error, with a note saying at what scale it was measured when that is not
@@ -180,7 +180,7 @@ def _per_kind(s: dict, text: Callable[[dict], str]) -> str:
 
 
 def _restart_rows(restart: dict | None) -> list[Row]:
-    """Issue 14: the daemon restarted (SIGTERM, then kill -9) under N sandboxes x 3 probes at 1 s."""
+    """The restart targets: the daemon restarted (SIGTERM, then kill -9) under N sandboxes x 3 probes at 1 s."""
     def note(s: dict) -> str:
         return scale_note({"sandboxes": s["sandboxes"]})
 

@@ -1,4 +1,4 @@
-"""Scenario 7: the daemon restarted under N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s, without a flap (issue 14).
+"""Scenario 7: the daemon restarted under N sandboxes x 3 probes (HTTP, TCP, gRPC) at 1 s, without a flap.
 
 One state dir, one daemon at a time (embedded mode, pooled workers, --handover-timeout-s far above any gap), the
 sandboxes in NAMESPACES Kubernetes-like namespaces as in bench/scale.py, one target process, no flapping target:

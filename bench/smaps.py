@@ -1,11 +1,11 @@
 """What the daemon's processes hold in memory, from /proc: PSS, RSS and private bytes per process, the daemon's
-zygote and workers found from its pid, one moment's figures for all of them, and issue 6's ratio (PSS per extra
-sandbox). Also where a process's private pages are, by kind of mapping.
+zygote and workers found from its pid, one moment's figures for all of them, and the memory target's ratio (PSS per
+extra sandbox). Also where a process's private pages are, by kind of mapping.
 
 Owned apart from bench/worker_memory.py (the run that sets up sandboxes and measures at each step) because the
 reading is the part others reuse: `memory_of(pid)` / `memory_of_all(pids)` read smaps_rollup,
 `shim_processes(daemon_pid)` finds the zygote and the workers, `shim_memory(daemon_pid)` returns every PSS figure of
-one moment, `per_extra_sandbox(at_n, at_n0)` the issue's ratio and `private_by_mapping(pid)` where a process's
+one moment, `per_extra_sandbox(at_n, at_n0)` that ratio and `private_by_mapping(pid)` where a process's
 private pages are. Pure but for the reads of /proc.
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark of issue 6, every scenario in one run so that ratios are fair on a noisy machine.
+"""The benchmark: every scenario in one run so that ratios are fair on a noisy machine, each figure beside its target.
 
     python bench/suite.py --mode quick|full [--out DIR] [--only NAME,...]     # root (network namespaces)
 
@@ -12,18 +12,18 @@ Scenarios, in this order (bench/<module>.py each):
                 CRI ExecSync (busybox wget, real containerd) vs nsenter + curl
   3b. bridge_load marker ExecSyncs (a converted readiness httpGet) paced at 30 and 300/s over the pods of
                 the exec scenario's containerd: the shim daemon's and its workers' CPU per probe, latency
-                (issue 22); with --before-code, another checkout's shim in alternating windows
+                (a node cost target); with --before-code, another checkout's shim in alternating windows
   4. spawn      RunProbe on a new sandbox -> its first attempt
   5. proxy      unary CRI calls direct to containerd vs through the shim: Version, ListPodSandbox,
                 ListContainers with 100 containers and with 10 (does the cost grow with the answer?)
   6. pressure   600 probes/s against one server for a fixed window: failures, TIME_WAIT
-  7. restart    N sandboxes x 3 probes at 1 s (issue 14): store writes/s in steady state; the daemon
+  7. restart    N sandboxes x 3 probes at 1 s: store writes/s in steady state; the daemon
                 restarted (SIGTERM, then kill -9): start to SERVING (all adopted), workers kept,
                 missed ticks, what a resumed watch saw
-  8. node       N static pods under a real kubelet (issue 19), one readiness probe each at 1 s: none,
+  8. node       N static pods under a real kubelet, one readiness probe each at 1 s: none,
                 the kubelet's own httpGet, a classic exec probe, the same httpGet bridged; node CPU
                 and the kubelet's, containerd's and the shim's, per probe above no probes
-  9. admission  the admission webhook at 200 AdmissionReviews/s (issue 20): latency, CPU, memory
+  9. admission  the admission webhook at 200 AdmissionReviews/s: latency, CPU, memory
  10. pod_creation  pods created on a one-machine cluster (etcd, API server, scheduler, the kubelet through the
                 shim) through the webhook registered from deploy/ and without it: the create request's latency,
                 created to Ready from the API's timestamps and as seen by the client
@@ -32,8 +32,9 @@ are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, els
 one `make k8s` builds) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
 alone (scale, scale_strict, latency, spawn, pressure, exec, bridge_load, proxy, restart, node,
-admission, pod_creation), into DIR ending in -only-NAME... The summary ends with issue 22's targets, each met or
-NOT met; bench/ab.py compares two runs (e.g. the code before issue 22 and after) row by row.
+admission, pod_creation), into DIR ending in -only-NAME... The summary ends with the node cost
+targets (bench/node_cost.py), each met or NOT met; bench/ab.py compares two runs (e.g. the code before a change
+and after) row by row.
 
 Writes DIR/results.json (every figure, the machine's description), DIR/summary.txt (the
 tables printed at the end) and DIR/*.png; DIR defaults to
@@ -63,7 +64,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
-    admission, bridge_load, exec_compare, issue22, latency, machine, node, node_report, plots, pod_creation,
+    admission, bridge_load, exec_compare, latency, machine, node, node_cost, node_report, plots, pod_creation,
     pressure, proxy_overhead, report, restart, scale, spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
@@ -186,7 +187,7 @@ def main() -> int:
     parser.add_argument("--only", type=lambda text: frozenset(text.split(",")), default=frozenset(),
                         help=f"comma-separated scenarios to run alone: {', '.join(SCENARIOS)}")
     parser.add_argument("--before-code", type=Path, metavar="DIR",
-                        help="another checkout (e.g. a git worktree of the commit before an issue) whose shim "
+                        help="another checkout (e.g. a git worktree of the commit before a change) whose shim "
                              "bridge_load measures beside this one's, window by window (see bench/ab.py)")
     args = parser.parse_args()
     if unknown := args.only - set(SCENARIOS):
@@ -219,9 +220,9 @@ def main() -> int:
     results["interrupted"] = interrupted
     general = (report.evaluate(results["scenarios"]) + admission.rows(results["scenarios"].get("admission"))
                + pod_creation.rows(results["scenarios"].get("pod_creation")))
-    node_cost = issue22.rows(results["scenarios"], general)
-    # Every row once (issue 22 reuses some of issue 6's): bench/ab.py pairs two runs' rows by figure.
-    rows = general + [r for r in node_cost if r not in general]
+    node_costs = node_cost.rows(results["scenarios"], general)
+    # Every row once (the node cost targets reuse some general ones): bench/ab.py pairs two runs' rows by figure.
+    rows = general + [r for r in node_costs if r not in general]
     results["targets"] = [r.as_dict() for r in rows]
 
     out.mkdir(parents=True, exist_ok=True)
@@ -235,11 +236,12 @@ def main() -> int:
         f"{results['duration_s']} s",
         report.details(results["scenarios"]),
         node_report.details(results["scenarios"].get("node")),
-        issue22.details(results["scenarios"]),
+        node_cost.details(results["scenarios"]),
         admission.details(results["scenarios"].get("admission")),
         pod_creation.details(results["scenarios"].get("pod_creation")),
-        "targets (issues 6, 14 and 20)\n" + report.targets_table(general),
-        "issue 22 (node cost): every target\n" + report.targets_table(node_cost),
+        "targets (scale, latency, exec, spawn, proxy, pressure, restart, admission, pod creation)\n"
+        + report.targets_table(general),
+        "node cost: every target\n" + report.targets_table(node_costs),
     ] if part)
     (out / "summary.txt").write_text(summary + "\n")
     print(summary)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory per sandbox: the real daemon, N sandboxes, 3 live probes each (HTTP, TCP, gRPC at 1 s).
 
-Issue 6's figure: PSS per extra sandbox = (total PSS of daemon + zygote + workers at N
+The memory target's figure: PSS per extra sandbox = (total PSS of daemon + zygote + workers at N
 - the same at N0) / (N - N0), and the daemon's own PSS, with every sandbox probed by
 three probes (one per kind) at a period of 1 s against a real server in its netns.
 

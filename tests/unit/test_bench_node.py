@@ -76,7 +76,7 @@ def test_probe_rate_counts_every_result_of_every_pod():
     assert node.probe_rate(before, after, 16.0) == (2.0, {"failed": 2, "successful": 30})
 
 
-def test_rows_show_issue_22s_targets():
+def test_rows_show_the_node_cost_targets():
     rows = {r.figure: r for r in node_report.rows(measured())}
     healthy = rows["node (real kubelet): every pod Ready, no flip, no restart, every phase"]
     assert (healthy.measured, healthy.status) == ("0 not Ready, 0 flips, 0 restarts", report.MET)

@@ -132,7 +132,7 @@ def test_tables_line_up():
     text = report.table(["a", "long header"], [["xxxxx", "1"], ["y", "22"]])
     assert text.splitlines() == ["a      long header", "-----  -----------", "xxxxx  1", "y      22"]
     rendered = report.targets_table(report.evaluate(scenarios()))
-    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 18 + 5  # issue 6's rows, issue 14's
+    assert "NOT met" in rendered and len(rendered.splitlines()) == 2 + 18 + 5  # the general rows, the restart ones
 
 
 def test_details_render_what_was_measured():
@@ -178,7 +178,7 @@ def restart_scenario(**kill) -> dict:
             "stopped": {"exit_code": 0, "shim_processes": 21, "left_running": []}}
 
 
-def test_restarts_are_measured_against_issue_14():
+def test_restarts_are_measured_against_their_targets():
     rows = {r.figure: r for r in report.evaluate({"restart": restart_scenario(late=3)})}
     adopted = rows["daemon restart (SIGTERM, kill -9): workers adopted (same pid, still after settling)"]
     assert (adopted.measured, adopted.status, adopted.note) == ("SIGTERM 20/20; kill -9 20/20", report.MET, "")

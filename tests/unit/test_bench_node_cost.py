@@ -1,9 +1,9 @@
-"""Issue 22's rows in the benchmark (bench/issue22.py) and the pure parts of the scenarios behind them
+"""The node cost rows of the benchmark (bench/node_cost.py) and the pure parts of the scenarios behind them
 (bench/bridge_load.py, bench/proxy_overhead.py). No root, no sockets."""
 
 from __future__ import annotations
 
-from bench import issue22, report
+from bench import node_cost, report
 from bench.bridge_load import Tally, answer_problem, cpu_used_s
 from bench.exec_compare import speedups
 from bench.proxy_overhead import overheads, size_growth
@@ -44,7 +44,7 @@ def scale_step(n: int, cpu: float, late: int = 0) -> dict:
 
 
 def all_rows(scenarios: dict) -> dict[str, report.Row]:
-    return {r.figure: r for r in issue22.rows(scenarios, report.evaluate(scenarios))}
+    return {r.figure: r for r in node_cost.rows(scenarios, report.evaluate(scenarios))}
 
 
 def test_cpu_used_counts_processes_started_in_the_window_from_zero():
@@ -96,7 +96,7 @@ def test_a_bad_answer_fails_the_answers_row():
     assert (answers.measured, answers.status) == ("4 bad of 3300", report.NOT_MET)
 
 
-def test_scale_rows_hold_issue_22s_tighter_targets_and_reuse_issue_6s_late_row():
+def test_scale_rows_hold_the_tighter_node_cost_targets_and_reuse_the_general_late_row():
     scale = {"steps": [scale_step(10, 3.0), scale_step(250, 26.0, late=1)],
              "per_extra_sandbox": {"total_pss_mib": 0.45}}
     rows = all_rows({"scale": scale})
@@ -130,16 +130,16 @@ def test_latency_rows_read_the_exec_and_spawn_scenarios():
     assert (first.measured, first.status) == ("45.0 ms", report.MET)
 
 
-def test_every_target_of_the_issue_has_a_row_even_in_a_run_without_its_scenario():
-    rows = issue22.rows({}, report.evaluate({}))
+def test_every_node_cost_target_has_a_row_even_in_a_run_without_its_scenario():
+    rows = node_cost.rows({}, report.evaluate({}))
     assert len(rows) == 5 + 5 + 3 + 4 + 2  # node's rows include the delegated kubelet's
     assert {r.status for r in rows} == {report.SKIPPED}
 
 
 def test_the_bridge_load_table_has_a_line_per_shim_and_rate():
-    text = issue22.details({"bridge_load": bridge_load(beside={"before": bridge_load()})})
+    text = node_cost.details({"bridge_load": bridge_load(beside={"before": bridge_load()})})
     lines = text.splitlines()
     assert lines[0].startswith("bridge_load: marker ExecSyncs (readiness httpGet /healthz)")
     assert [line.split()[:2] for line in lines[3:]] == [["this", "code"], ["this", "code"], ["before", "30"],
                                                          ["before", "300"]]
-    assert issue22.details({}) == ""
+    assert node_cost.details({}) == ""

@@ -1,6 +1,7 @@
-"""Issue 22 ("Node cost"): every target of the issue as a row with its measured value and met / NOT met (pure).
+"""The node cost targets: what a probe may cost the node and the shim, each a row with its measured value and met /
+NOT met (pure).
 
-The rows come from the scenarios that measure them, in the order of the issue:
+The rows come from the scenarios that measure them:
 - node (a real kubelet): all pods Ready and no flips; node CPU per bridged probe <= 1.5x the kubelet's own httpGet
   (the moonshot is 1.0x), the kubelet's own probe beside it in the same run; the shim's share at 30/s
   (bench/node_report.py's rows);
@@ -10,8 +11,9 @@ The rows come from the scenarios that measure them, in the order of the issue:
 - proxy: overhead <= 0.4 ms median for Version, ListPodSandbox and ListContainers with 100 containers, and no
   per-call cost growing with the answer beyond copying its bytes;
 - latency: bridged median <= 2.0 ms (exec), first attempt after RunProbe p99 <= 50 ms (spawn).
-A row that issue 6 already has with the same target is taken from `general` (report.evaluate's rows) rather
-than computed twice; the tighter targets are rows of their own (the issue 6 rows stay what they were).
+A row that the suite's general targets (report.evaluate's rows) already have with the same target is taken from
+`general` rather than computed twice; the tighter targets are rows of their own (the general rows stay what they
+were).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def scale_rows(scale: dict | None, general: dict[str, Row]) -> list[Row]:
     return [
         measured_row("RunProbe path, 250 sandboxes x 3 probes at 1 s: CPU of daemon + broker + workers",
                      f"<= {RUN_PROBE_CPU_PERCENT:.0f}% of one core", scale, cpu),
-        general[TARGET_SCALE_LATE_ROW],  # issue 6's row: the same target
+        general[TARGET_SCALE_LATE_ROW],  # the general row: the same target
         measured_row("RunProbe path: PSS per sandbox", f"<= {PSS_PER_SANDBOX_MIB} MiB", scale, pss),
     ]
 
@@ -129,7 +131,7 @@ def latency_rows(exec_: dict | None, spawn: dict | None) -> list[Row]:
 
 
 def rows(scenarios: dict, general: list[Row]) -> list[Row]:
-    """Every issue 22 target, in the issue's order."""
+    """Every node cost target: node, bridge_load, scale, proxy, latency."""
     by_figure = {r.figure: r for r in general}
     return [*node_report.rows(scenarios.get("node")),
             *bridge_load_rows(scenarios.get("bridge_load")),
