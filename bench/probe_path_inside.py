@@ -82,7 +82,7 @@ def worker_inside(netns_path: str, ports: dict[str, int], period_ms: int, second
             attempts = late = 0
             until = time.monotonic() + seconds
             while time.monotonic() < until:
-                attempt = worker.next_event(kinds=("attempt",)).attempt.attempt
+                attempt = worker.next_event(kinds=("attempt",)).attempt.status.last_attempt
                 attempts += 1
                 due = getattr(attempt, "scheduled_at_unix_ns", 0)  # absent in trees before it existed
                 late += bool(due) and attempt.started_at_unix_ns - due > 100_000_000
@@ -167,8 +167,9 @@ def daemon_frames(directory, board, sandboxes: int):
                                       address="198.18.0.2:8080", phases=phases,
                                       http_status_code=200 if kind == "http" else 0,
                                       grpc_serving_status=spec_pb.GRPC_SERVING if kind == "grpc" else 0)
-            event = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
-                probe_id=probe_id, attempt=attempt, state=spec_pb.STATE_SUCCESS, consecutive_successes=5))
+            event = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(probe_id=probe_id, status=service_pb.ProbeStatus(
+                last_attempt=attempt, state=spec_pb.STATE_SUCCESS, consecutive_successes=5,
+                totals=service_pb.AttemptTotals(success=5))))
             frames.append((sid, encode(event)))
     return frames
 

@@ -185,22 +185,14 @@ class Ack(_message.Message):
     def __init__(self) -> None: ...
 
 class AttemptReport(_message.Message):
-    __slots__ = ("probe_id", "attempt", "state", "consecutive_successes", "consecutive_failures", "on_hold", "sandbox_id")
+    __slots__ = ("probe_id", "sandbox_id", "status")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
-    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    CONSECUTIVE_SUCCESSES_FIELD_NUMBER: _ClassVar[int]
-    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
-    ON_HOLD_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
-    attempt: _probe_spec_pb2.Attempt
-    state: _probe_spec_pb2.ProbeState
-    consecutive_successes: int
-    consecutive_failures: int
-    on_hold: bool
     sandbox_id: str
-    def __init__(self, probe_id: _Optional[str] = ..., attempt: _Optional[_Union[_probe_spec_pb2.Attempt, _Mapping]] = ..., state: _Optional[_Union[_probe_spec_pb2.ProbeState, str]] = ..., consecutive_successes: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., on_hold: _Optional[bool] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
+    status: _probe_service_pb2.ProbeStatus
+    def __init__(self, probe_id: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., status: _Optional[_Union[_probe_service_pb2.ProbeStatus, _Mapping]] = ...) -> None: ...
 
 class StateChange(_message.Message):
     __slots__ = ("probe_id", "previous", "state", "output", "sandbox_id", "changed_at_unix_ns")

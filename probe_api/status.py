@@ -28,6 +28,9 @@ if not WORKER_OWNED <= _NAMES:  # a renamed field must not silently leave the wo
     raise ImportError(f"WORKER_OWNED names fields ProbeStatus lacks: {sorted(WORKER_OWNED - _NAMES)}")
 # Everything else, a field added later included: what a worker keeps as given and hands back.
 DAEMON_OWNED = _NAMES - WORKER_OWNED
+# What an attempt report moves onto the daemon's board: the worker's fields but the state, which reaches the board
+# only with the StateChange that follows the attempt (a revision, which watchers get; an attempt makes none).
+ATTEMPT_FIELDS = WORKER_OWNED - {"state", "state_changed_at"}
 
 
 def copy_status(src: ProbeStatus, dst: ProbeStatus, only: Collection[str] | None = None) -> None:
@@ -36,18 +39,33 @@ def copy_status(src: ProbeStatus, dst: ProbeStatus, only: Collection[str] | None
     if only is None:
         dst.CopyFrom(src)
         return
-    unknown = set(only) - _NAMES
-    if unknown:
-        raise ValueError(f"ProbeStatus has no field {sorted(unknown)}")
-    for field in ProbeStatus.DESCRIPTOR.fields:
-        if field.name not in only:
-            continue
-        if field.message_type is None:
-            setattr(dst, field.name, getattr(src, field.name))
-        elif src.HasField(field.name):
-            getattr(dst, field.name).CopyFrom(getattr(src, field.name))
+    scalars, messages = _plan(only if isinstance(only, frozenset) else frozenset(only))
+    for name in scalars:
+        setattr(dst, name, getattr(src, name))
+    for name in messages:
+        if src.HasField(name):
+            getattr(dst, name).CopyFrom(getattr(src, name))
         else:
-            dst.ClearField(field.name)
+            dst.ClearField(name)
+
+
+_PLANS: dict[frozenset[str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _plan(only: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The scalar and the message fields named in `only`, from the descriptor, worked out once per set: a copy is
+    made per attempt, and walking the descriptor each time cost more than the copy."""
+    plan = _PLANS.get(only)
+    if plan is None:
+        unknown = only - _NAMES
+        if unknown:
+            raise ValueError(f"ProbeStatus has no field {sorted(unknown)}")
+        fields = [f for f in ProbeStatus.DESCRIPTOR.fields if f.name in only]
+        plan = (tuple(f.name for f in fields if f.message_type is None),
+                tuple(f.name for f in fields if f.message_type is not None))
+        if len(_PLANS) < 64:  # the sets are the module constants and a few literals: never grows past that
+            _PLANS[only] = plan
+    return plan
 
 
 def status_copy(src: ProbeStatus, only: Collection[str] | None = None) -> ProbeStatus:

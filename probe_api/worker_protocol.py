@@ -20,7 +20,8 @@ MAX_FRAME = 1 << 20
 # running worker (after its own restart or upgrade) only if the worker speaks its version; any other worker is
 # replaced, and its probes go on from the daemon's stored state. 2: handover (Detach, Resume, ProbeProgress).
 # 3: a probe's progress is the service's ProbeStatus (ProbeRegistration.status, ProbeSnapshot.status).
-WORKER_PROTOCOL_VERSION = 3
+# 4: an attempt report is a ProbeStatus too (AttemptReport.status).
+WORKER_PROTOCOL_VERSION = 4
 _HEADER = struct.Struct(">I")
 
 

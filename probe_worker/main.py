@@ -281,8 +281,9 @@ class Session:
             return
         attempt = await prober.run(reg.spec, reg.container.ports, max_tries=run.max_tries,
                                    lifecycle_hook=run.lifecycle_hook)
-        await self.outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
-            probe_id=reg.probe_id, attempt=attempt)))
+        report = worker_pb.AttemptReport(probe_id=reg.probe_id)
+        report.status.last_attempt.CopyFrom(attempt)  # a one-off attempt: no probe's bookkeeping besides it
+        await self.outbox.reply(channel, worker_pb.WorkerEvent(seq=seq, attempt=report))
 
     async def send_heartbeats(self) -> None:
         """A Heartbeat every heartbeat_ms, unasked, to whichever daemon listens."""

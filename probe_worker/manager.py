@@ -2,14 +2,15 @@
 
 Timing decisions come from probe_worker.scheduling, threshold bookkeeping from
 probe_worker.thresholds; this module only wires them to the clock, the prober
-and the channel. Results go out as events: an AttemptReport per attempt (with
-the due time of the tick it ran for and the ticks dropped before it, so the
-daemon can count late and missed attempts) and a StateChange only when the
-thresholded state changes (emit on change).
+and the channel. Results go out as events: an AttemptReport per attempt (the
+attempt, with the due time of the tick it ran for and the ticks dropped before it, so the
+daemon can count late and missed attempts, and the worker's fields of the probe's status after
+it) and a StateChange only when the thresholded state changes (emit on change).
 
-A probe's progress is the service's ProbeStatus: the daemon may start a probe from one
-(`status` of its registration), and a Snapshot reports one back. The worker owns the
-fields probe_api/status.py names WORKER_OWNED; every other field goes back as it came.
+A probe's status is the service's ProbeStatus, one per probe, which the worker updates: the
+daemon may start a probe from one (`status` of its registration), and a Snapshot reports it
+back. The worker owns the fields probe_api/status.py names WORKER_OWNED; every other field
+goes back as it came.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.attempts import count_attempt
-from probe_api.status import DAEMON_OWNED, status_copy
+from probe_api.status import WORKER_OWNED, copy_status, status_copy
 from probe_api.validation import Timing, effective_timing
 from probe_worker.prober import Prober
 from probe_worker.scheduling import PhaseGrid, gate
@@ -40,25 +41,31 @@ class _Probe:
     tracker: ThresholdTracker
     started_at_ms: float              # container start, on the event loop's clock
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-    # The daemon's fields of the status it started the probe from (DAEMON_OWNED), handed back in a Snapshot as given.
-    given: service_pb.ProbeStatus = field(default_factory=service_pb.ProbeStatus)
-    # What a daemon adopting this worker needs besides the tracker (Snapshot): counted here, not only by the
-    # daemon, so that events lost with a daemon that died do not make the totals wrong. The last attempt is held
-    # as the prober made it, not copied into a message per attempt.
-    last_attempt: spec_pb.Attempt | None = None
-    totals: service_pb.AttemptTotals = field(default_factory=service_pb.AttemptTotals)
-    state_changed_at_ns: int = 0
+    # Where the probe stands, as the service's ProbeStatus: the daemon's fields (DAEMON_OWNED) as it gave them, handed
+    # back in a Snapshot untouched; the worker's own (WORKER_OWNED) kept here at every attempt, the totals and the
+    # last attempt included, so that events lost with a daemon that died do not make an adopting daemon's wrong.
+    status: service_pb.ProbeStatus = field(default_factory=service_pb.ProbeStatus)
 
-    def status(self) -> service_pb.ProbeStatus:
-        """Where the probe stands: the daemon's fields as given, the worker's own (WORKER_OWNED) as it has them."""
-        t = self.tracker
-        out = status_copy(self.given)
-        out.state, out.state_changed_at = t.state, self.state_changed_at_ns
-        out.consecutive_successes, out.consecutive_failures, out.on_hold = (
-            t.consecutive_successes, t.consecutive_failures, t.on_hold)
-        out.totals.CopyFrom(self.totals)
-        if self.last_attempt is not None:
-            out.last_attempt.CopyFrom(self.last_attempt)
+    def show_thresholds(self) -> None:
+        """The tracker's bookkeeping onto the status (after an attempt, a resume or a new container)."""
+        t, status = self.tracker, self.status
+        status.state, status.consecutive_successes, status.consecutive_failures, status.on_hold = (
+            t.state, t.consecutive_successes, t.consecutive_failures, t.on_hold)
+
+    def take(self, attempt: spec_pb.Attempt) -> bool:
+        """One attempt's result into the thresholds and the status; True iff the thresholded state changed."""
+        changed = self.tracker.observe(attempt.result)
+        self.status.last_attempt.CopyFrom(attempt)
+        count_attempt(self.status.totals, attempt.result)
+        self.show_thresholds()
+        if changed:
+            self.status.state_changed_at = time.time_ns()
+        return changed
+
+    def report(self, sandbox_id: str) -> worker_pb.AttemptReport:
+        """The attempt just taken and where the probe stands after it: the worker's fields of its status."""
+        out = worker_pb.AttemptReport(probe_id=self.reg.probe_id, sandbox_id=sandbox_id)
+        copy_status(self.status, out.status, only=WORKER_OWNED)
         return out
 
 
@@ -105,23 +112,20 @@ class ProbeManager:
         probe = _Probe(reg=stored, timing=timing, tracker=tracker, started_at_ms=self._container_start_ms(reg))
         if resumed:
             p = reg.status
-            probe.given = status_copy(p, only=DAEMON_OWNED)  # not its last attempt: replaced at the first attempt
             tracker.resume(p.state, p.consecutive_successes, p.consecutive_failures, p.on_hold)
-            probe.totals.CopyFrom(p.totals)
-            probe.last_attempt = p.last_attempt if p.HasField("last_attempt") else None
-            probe.state_changed_at_ns = p.state_changed_at
+            probe.status = status_copy(p)
         elif old is not None:
-            probe.given, probe.totals, probe.last_attempt = old.given, old.totals, old.last_attempt
-            probe.state_changed_at_ns = old.state_changed_at_ns
+            probe.status = old.status
+        probe.show_thresholds()
         self._probes[reg.probe_id] = probe
         if not resumed and tracker.state != previous:
-            probe.state_changed_at_ns = time.time_ns()
-            await self._emit_change(reg.probe_id, previous, tracker.state, "registered", probe.state_changed_at_ns)
+            probe.status.state_changed_at = time.time_ns()
+            await self._emit_change(reg.probe_id, previous, tracker.state, "registered", probe.status.state_changed_at)
         probe.task = asyncio.create_task(self._run(probe), name=f"probe {reg.probe_id}")
 
     def snapshot(self) -> list[worker_pb.ProbeSnapshot]:
         """Every probe as it runs and where it stands (for a daemon adopting this worker)."""
-        return [worker_pb.ProbeSnapshot(registration=p.reg, status=p.status()) for p in self._probes.values()]
+        return [worker_pb.ProbeSnapshot(registration=p.reg, status=p.status) for p in self._probes.values()]
 
     def remove(self, probe_id: str) -> bool:
         probe = self._probes.pop(probe_id, None)
@@ -182,21 +186,11 @@ class ProbeManager:
             attempt.scheduled_at_unix_ns = scheduled_at_ns
             attempt.ticks_missed, missed_reported = ticker.missed - missed_reported, ticker.missed
             previous = tracker.state
-            changed = tracker.observe(attempt.result)
-            probe.last_attempt = attempt
-            count_attempt(probe.totals, attempt.result)
-            await self._emit(worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
-                probe_id=reg.probe_id,
-                sandbox_id=self.sandbox_id,
-                attempt=attempt,
-                state=tracker.state,
-                consecutive_successes=tracker.consecutive_successes,
-                consecutive_failures=tracker.consecutive_failures,
-                on_hold=tracker.on_hold,
-            )))
+            changed = probe.take(attempt)
+            await self._emit(worker_pb.WorkerEvent(attempt=probe.report(self.sandbox_id)))
             if changed:
-                probe.state_changed_at_ns = time.time_ns()
-                await self._emit_change(reg.probe_id, previous, tracker.state, attempt.output, probe.state_changed_at_ns)
+                await self._emit_change(reg.probe_id, previous, tracker.state, attempt.output,
+                                        probe.status.state_changed_at)
 
     async def _emit_change(self, probe_id: str, previous: int, state: int, output: str, at_ns: int) -> None:
         await self._emit(worker_pb.WorkerEvent(state_change=worker_pb.StateChange(

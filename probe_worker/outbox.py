@@ -139,6 +139,6 @@ def is_news(event: worker_pb.WorkerEvent) -> bool:
     if kind == "state_change":
         return True
     if kind == "attempt":
-        report = event.attempt
-        return report.consecutive_successes + report.consecutive_failures <= 1
+        status = event.attempt.status
+        return status.consecutive_successes + status.consecutive_failures <= 1
     return False

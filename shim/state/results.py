@@ -13,8 +13,9 @@ spans and metrics) is the daemon's sandbox directory's (shim/sandboxes/directory
 what a span and a metric series carry.
 
 This module is the one writer of `status.worker` (`show_worker`): which worker serves a probe, as the supervisor
-reports it. A worker's progress comes and goes as the probe's ProbeStatus itself (`progress_of`, a Snapshot), moved
-with probe_api/status.py's one copy operation.
+reports it. A worker's progress comes and goes as the probe's ProbeStatus itself (`progress_of`, a Snapshot, and
+each attempt report), moved with probe_api/status.py's one copy operation: the worker counts the thresholds and the
+totals, the daemon takes them as reported.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.attempts import count_attempt
 from probe_api.defaults import is_late
-from probe_api.status import WORKER_OWNED, copy_status, status_copy
+from probe_api.status import ATTEMPT_FIELDS, copy_status, status_copy
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import SandboxInfo
 
+_ATTEMPT_FIELDS_BUT_THE_ATTEMPT = ATTEMPT_FIELDS - {"last_attempt"}
 MAX_KEPT_LABELS = 65536  # probes: far above a node's (a few hundred sandboxes x a few probes)
 
 
@@ -123,9 +125,11 @@ class ResultsManager:
 
     def progress_of(self, probe_id: str) -> service_pb.ProbeStatus | None:
         """Where a probe stands (its status, whole), for a worker that starts it again; None if no worker ever ran
-        it. The worker hands back what it does not own as it was (probe_api/status.py)."""
+        it (no state reported, no attempt). The worker hands back what it does not own as it was
+        (probe_api/status.py), and counts its totals on from these: a startup probe that has not changed state
+        yet goes on from its attempts too."""
         probe = self._board.peek(probe_id)
-        if probe is None or not probe.status.state_changed_at:
+        if probe is None or not (probe.status.state_changed_at or probe.status.HasField("last_attempt")):
             return None
         return status_copy(probe.status)
 
@@ -145,15 +149,11 @@ class ResultsManager:
 
             self._board.update(probe_id, set_state)
 
-        def apply(p: service_pb.Probe) -> None:
-            kept = status_copy(p.status)  # the board's state (set above) and, if newer, its last attempt
-            copy_status(reported, p.status, only=WORKER_OWNED)
-            p.status.state, p.status.state_changed_at = kept.state, kept.state_changed_at
-            if not reported.HasField("last_attempt") or \
-                    reported.last_attempt.started_at_unix_ns < kept.last_attempt.started_at_unix_ns:
-                copy_status(kept, p.status, only=("last_attempt",))
-
-        self._board.record_attempt(probe_id, apply)
+        # The rest as an attempt report moves it; the board's last attempt stays if it is newer than the worker's.
+        newer = reported.HasField("last_attempt") and \
+            reported.last_attempt.started_at_unix_ns >= current.status.last_attempt.started_at_unix_ns
+        fields = ATTEMPT_FIELDS if newer else _ATTEMPT_FIELDS_BUT_THE_ATTEMPT
+        self._board.record_attempt(probe_id, lambda p: copy_status(reported, p.status, only=fields))
 
     def show_worker(self, probe_id: str, worker: service_pb.WorkerStatus, *, unchanged_too: bool = False) -> None:
         """The worker serving a probe, on its row (a revision); a worker status as it was (a worker adopted across
@@ -181,18 +181,14 @@ class ResultsManager:
         if probe is None:
             return  # removed while the attempt was in flight
         labels = self._board_labels(probe)
-        attempt = report.attempt
+        reported = report.status
+        attempt = reported.last_attempt
         trace_id, span_id = self._tracer.record(
             attempt, labels, spec=probe.spec, traceparent=self._traceparents.get(probe.probe_id))
 
         def apply(p: service_pb.Probe) -> None:
-            status = p.status
-            status.last_attempt.CopyFrom(attempt)
-            status.last_trace_id, status.last_span_id = trace_id, span_id
-            status.consecutive_successes = report.consecutive_successes
-            status.consecutive_failures = report.consecutive_failures
-            status.on_hold = report.on_hold
-            count_attempt(status.totals, attempt.result)
+            copy_status(reported, p.status, only=ATTEMPT_FIELDS)  # the worker's fields but the state: see status.py
+            p.status.last_trace_id, p.status.last_span_id = trace_id, span_id
 
         self._board.record_attempt(probe.probe_id, apply)
         self._metrics.observe_attempt(

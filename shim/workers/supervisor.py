@@ -201,7 +201,7 @@ class WorkerSupervisor:
             reply = await conn.request(max(0.0, deadline - loop.time()), run_once=run)
             if reply.WhichOneof("msg") == "rejected":
                 raise WorkerRejected(list(reply.rejected.errors))
-            return reply.attempt.attempt
+            return reply.attempt.status.last_attempt
         finally:
             member.inflight -= 1
             if self._idle(member):  # not awaited otherwise: a kept-warm sandbox's calls never stop it

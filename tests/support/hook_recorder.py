@@ -160,7 +160,7 @@ def run_once(worker, spec: spec_pb.ProbeSpec, *, hook: bool, max_tries: int = 0,
     reg = worker_pb.ProbeRegistration(type=spec_pb.READINESS, spec=spec, container=worker_pb.ContainerRef(),
                                       sandbox_id=worker.sandbox_id)
     run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=hook)
-    return worker.request(timeout, run_once=run).attempt.attempt
+    return worker.request(timeout, run_once=run).attempt.status.last_attempt
 
 
 def hook(worker, spec, **kw):

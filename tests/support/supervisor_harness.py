@@ -79,7 +79,7 @@ class Recorder:
             while True:
                 event = await queue.get()
                 if event.WhichOneof("msg") == "attempt" and event.attempt.probe_id == probe_id \
-                        and (result is None or event.attempt.attempt.result == result):
+                        and (result is None or event.attempt.status.last_attempt.result == result):
                     return event.attempt
         return await asyncio.wait_for(wait(), WAIT_S)
 

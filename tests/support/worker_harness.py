@@ -160,7 +160,7 @@ class WorkerHarness:
             type=probe_type, spec=spec, container=worker_pb.ContainerRef(ports=container_ports),
             sandbox_id=self.sandbox_id if sandbox_id is None else sandbox_id,
         )
-        return self.request(timeout, run_once=worker_pb.RunOnce(probe=reg)).attempt.attempt
+        return self.request(timeout, run_once=worker_pb.RunOnce(probe=reg)).attempt.status.last_attempt
 
     def run_many(self, runs: list[tuple[spec_pb.ProbeSpec, tuple[spec_pb.ContainerPort, ...]]],
                  timeout: float = 30.0) -> list[spec_pb.Attempt]:
@@ -181,7 +181,7 @@ class WorkerHarness:
                 continue
             if event.WhichOneof("msg") == "rejected":
                 raise Rejected(list(event.rejected.errors))
-            attempts[pending.pop(event.seq)] = event.attempt.attempt
+            attempts[pending.pop(event.seq)] = event.attempt.status.last_attempt
         return attempts
 
     def add(self, reg: worker_pb.ProbeRegistration) -> None:

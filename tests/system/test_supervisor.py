@@ -66,8 +66,8 @@ def test_worker_spawned_through_the_zygote_probes_inside_the_netns(pod_netns):
             assert supervisor.sandbox_ids() == ["sb1"]
             await supervisor.add_probe("sb1", tcp_reg("p1", server.port))
             report = await rec.attempt("sb1", "p1")
-            assert report.attempt.result == spec_pb.RESULT_SUCCESS
-            assert report.attempt.address == f"{pod_netns.ipv4}:{server.port}"
+            assert report.status.last_attempt.result == spec_pb.RESULT_SUCCESS
+            assert report.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
             # STARTING (perhaps twice: the worker runs before the sandbox is attached to it), then RUNNING.
             states = [s.state for _, s in rec.history]
             assert [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s] == [service_pb.WORKER_STARTING,
@@ -164,7 +164,7 @@ def test_a_dead_zygote_takes_its_workers_along_and_they_come_back_through_a_new_
             assert psutil.Process(running.pid).ppid() == supervisor.zygote.pid
             rec.drain_events()
             report = await rec.attempt("sb1", "p-sb1", spec_pb.RESULT_SUCCESS)  # the probe came back with it
-            assert report.attempt.address == f"{pod_netns.ipv4}:{server.port}"
+            assert report.status.last_attempt.address == f"{pod_netns.ipv4}:{server.port}"
 
     asyncio.run(main())
 

@@ -38,7 +38,7 @@ def test_pooled_workers_never_mix_namespaces_and_fill_up_to_their_capacity(pod_n
             assert pids["a1"] == pids["a2"] and len({pids["a1"], pids["a3"], pids["b1"]}) == 3
             for sid in placed:  # each sandbox probes in its own netns, whatever worker serves it
                 assert statuses[sid].netns_inode == os.stat(pod_netns.path).st_ino
-                assert (await rec.attempt(sid, f"p-{sid}")).attempt.result == spec_pb.RESULT_SUCCESS
+                assert (await rec.attempt(sid, f"p-{sid}")).status.last_attempt.result == spec_pb.RESULT_SUCCESS
 
     asyncio.run(main())
 

@@ -161,8 +161,8 @@ async def test_a_probe_with_progress_resumes_without_a_state_change(target):
     await manager.close()
     # Readiness starts "not ready" when new; resumed, it was ready, is ready, and nothing says it changed.
     assert [e.WhichOneof("msg") for e in events] == ["attempt"]
-    assert events[0].attempt.state == spec_pb.STATE_SUCCESS
-    assert events[0].attempt.consecutive_successes == 2
+    assert events[0].attempt.status.state == spec_pb.STATE_SUCCESS
+    assert events[0].attempt.status.consecutive_successes == 2
 
 
 @in_loop

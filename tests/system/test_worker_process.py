@@ -176,13 +176,13 @@ def test_readiness_follows_thresholds_up_and_down(pod_netns, worker):
     assert first.state_change.state == spec_pb.STATE_FAILURE  # readiness starts not ready
     seen = wait_state(worker, "ready", spec_pb.STATE_SUCCESS)
     attempts = [e.attempt for e in seen if e.WhichOneof("msg") == "attempt"]
-    assert [a.consecutive_successes for a in attempts[:2]] == [1, 2]
+    assert [a.status.consecutive_successes for a in attempts[:2]] == [1, 2]
     port = server.port
     server.stop()
     seen = wait_state(worker, "ready", spec_pb.STATE_FAILURE)
     failures = [e.attempt for e in seen if e.WhichOneof("msg") == "attempt"]
-    assert failures[-1].consecutive_failures == 2
-    assert failures[-1].attempt.output.endswith(f"{port}: connect: connection refused")
+    assert failures[-1].status.consecutive_failures == 2
+    assert failures[-1].status.last_attempt.output.endswith(f"{port}: connect: connection refused")
 
 
 def test_removed_probe_stops_reporting(pod_netns, worker):
@@ -217,7 +217,7 @@ def test_startup_gates_liveness_until_it_succeeds(pod_netns, worker):
     live = worker.next_event(kinds=("attempt",))
     while live.attempt.probe_id != "live":
         live = worker.next_event(kinds=("attempt",))
-    assert live.attempt.attempt.result == spec_pb.RESULT_SUCCESS
+    assert live.attempt.status.last_attempt.result == spec_pb.RESULT_SUCCESS
 
 
 def test_liveness_holds_after_failure_until_a_new_container(pod_netns, worker):
@@ -226,7 +226,7 @@ def test_liveness_holds_after_failure_until_a_new_container(pod_netns, worker):
     holder.stop()
     worker.add(registration("live", tcp_spec(port, failure_threshold=1), spec_pb.LIVENESS, container="c1"))
     seen = wait_state(worker, "live", spec_pb.STATE_FAILURE)
-    assert [e.attempt.on_hold for e in seen if e.WhichOneof("msg") == "attempt"][-1]
+    assert [e.attempt.status.on_hold for e in seen if e.WhichOneof("msg") == "attempt"][-1]
     # On hold: no further attempts. Two unsolicited heartbeats (1 s apart, 20 periods)
     # bound the time waited by events, not by a sleep.
     worker.backlog.clear()
@@ -240,4 +240,4 @@ def test_liveness_holds_after_failure_until_a_new_container(pod_netns, worker):
     assert (reset.state_change.previous, reset.state_change.state) == (spec_pb.STATE_FAILURE, spec_pb.STATE_SUCCESS)
     assert reset.state_change.output == "registered"
     resumed = worker.next_event(kinds=("attempt",))
-    assert resumed.attempt.attempt.result == spec_pb.RESULT_SUCCESS and not resumed.attempt.on_hold
+    assert resumed.attempt.status.last_attempt.result == spec_pb.RESULT_SUCCESS and not resumed.attempt.status.on_hold

@@ -66,7 +66,7 @@ async def reports_of(prober: FakeProber, count: int, *regs: worker_pb.ProbeRegis
 
 
 async def attempts_of(prober: FakeProber, count: int) -> list[spec_pb.Attempt]:
-    return [report.attempt for report in await reports_of(prober, count, registration("p"))]
+    return [report.status.last_attempt for report in await reports_of(prober, count, registration("p"))]
 
 
 def test_each_attempt_carries_when_its_tick_was_due():
@@ -102,7 +102,7 @@ def test_probes_of_one_period_tick_together():
     reports = asyncio.run(reports_of(FakeProber(), 9, *(registration(p, start_now=False) for p in "abc")))
     due: dict[str, list[int]] = {}
     for report in reports:
-        due.setdefault(report.probe_id, []).append(report.attempt.scheduled_at_unix_ns)
+        due.setdefault(report.probe_id, []).append(report.status.last_attempt.scheduled_at_unix_ns)
     assert sorted(due) == ["a", "b", "c"]
     # Every tick one probe ran for within another's run, the other ran for too (give or take
     # the clock reads, SKEW_NS): the same instants, not three phases.

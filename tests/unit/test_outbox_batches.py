@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_worker.outbox import Outbox
 
@@ -31,8 +32,8 @@ class RecordingChannel:
 
 def event(seq: int, streak: int = 5) -> worker_pb.WorkerEvent:
     """An attempt report of a probe answering as it did the last `streak - 1` times."""
-    return worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(probe_id=f"p{seq}",
-                                                                           consecutive_failures=streak))
+    return worker_pb.WorkerEvent(seq=seq, attempt=worker_pb.AttemptReport(
+        probe_id=f"p{seq}", status=service_pb.ProbeStatus(consecutive_failures=streak)))
 
 
 def run(coro):

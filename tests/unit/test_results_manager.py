@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.attempts import count_attempt
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
 from shim.sandboxes.directory import SandboxDirectory
@@ -27,9 +28,13 @@ def rig() -> tuple[ResultsManager, StatusBoard, ShimMetrics]:
     return results, board, metrics
 
 
-def attempt_event(result=spec_pb.RESULT_SUCCESS, **report) -> worker_pb.WorkerEvent:
+def attempt_event(result=spec_pb.RESULT_SUCCESS, **status) -> worker_pb.WorkerEvent:
+    """The worker's report of its first attempt (its totals count it) with the status fields given."""
     attempt = spec_pb.Attempt(result=result, started_at_unix_ns=NOW, duration_ns=2_000_000, output="ok")
-    return worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(probe_id="p1", attempt=attempt, **report))
+    totals = service_pb.AttemptTotals()
+    count_attempt(totals, result)
+    return worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(probe_id="p1", status=service_pb.ProbeStatus(
+        last_attempt=attempt, totals=totals, **status)))
 
 
 def sample(metrics: ShimMetrics, name: str, **labels) -> float | None:

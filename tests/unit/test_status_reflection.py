@@ -1,4 +1,5 @@
-"""Every field of ProbeStatus survives every place a status moves: the board, the store, a worker, a resumed watch.
+"""Every field of ProbeStatus survives every place a status moves: the board, the store, a worker, a resumed watch,
+an attempt report.
 
 The status is built by reflection over ProbeStatus's descriptor (every field, recursively, set to a value that is
 not its default), so a field added to the message later is covered without touching this test: if one of the
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.status import WORKER_OWNED, status_copy
+from probe_api.status import DAEMON_OWNED, WORKER_OWNED, status_copy
 from probe_api.worker_protocol import FrameDecoder, encode
 from probe_worker.manager import ProbeManager
 from shim.observe.metrics import ShimMetrics
@@ -235,3 +237,94 @@ def test_a_resumed_watch_delivers_every_field():
     missed = asyncio.run(run())
     assert (missed.type, missed.probe.probe_id) == (service_pb.UPDATED, "p1")
     assert missed.probe.status == status
+
+
+# --- (e) an attempt report -------------------------------------------------------------------------------------------
+
+class OneFullAttempt:
+    """A prober whose first attempt sets every field of Attempt (with the result asked for), then never ends."""
+
+    def __init__(self, result: int) -> None:
+        self.result, self.calls = result, 0
+
+    async def run(self, spec, ports, **kwargs) -> spec_pb.Attempt:
+        self.calls += 1
+        if self.calls > 1:
+            await asyncio.Event().wait()
+        attempt = fill(spec_pb.Attempt())
+        attempt.result = self.result
+        return attempt
+
+
+MOVED_BY_STATE_CHANGES_ONLY = frozenset({"state", "state_changed_at"})
+# Three attempts that between them leave every field the worker owns at a value other than its default: a success,
+# a failure under the threshold, a liveness failure at the threshold (on hold; the state changes with it).
+ATTEMPTS = {
+    "success": (spec_pb.READINESS, 0, spec_pb.RESULT_SUCCESS),
+    "failure": (spec_pb.READINESS, 0, spec_pb.RESULT_FAILURE),
+    "held": (spec_pb.LIVENESS, 2, spec_pb.RESULT_FAILURE),
+}
+
+
+def through_an_attempt(case: str) -> tuple[service_pb.ProbeStatus, worker_pb.WorkerEvent,
+                                           service_pb.ProbeStatus, service_pb.ProbeStatus]:
+    """The board's status before, the worker's report of one attempt (over the wire), the worker's own status
+    after it (its Snapshot), and the board's status once the daemon took the report."""
+    probe_type, failures_before, result = ATTEMPTS[case]
+    status = full_status()
+    status.on_hold, status.consecutive_successes, status.consecutive_failures = False, 0, failures_before
+    board = StatusBoard()
+    results = ResultsManager(board=board, tracer=AttemptTracer("none"), metrics=ShimMetrics(),
+                             sandboxes=SandboxDirectory(source=None))
+    row = probe_with(status)
+    row.type = probe_type
+    board.put(row)
+
+    async def one_attempt() -> tuple[worker_pb.WorkerEvent, service_pb.ProbeStatus]:
+        reports: asyncio.Queue[worker_pb.WorkerEvent] = asyncio.Queue()
+
+        async def emit(event: worker_pb.WorkerEvent) -> None:
+            if event.WhichOneof("msg") == "attempt":
+                reports.put_nowait(over_the_wire(event, worker_pb.WorkerEvent))
+
+        manager = ProbeManager(OneFullAttempt(result), emit, sandbox_id="sb1")
+        await manager.add(worker_pb.ProbeRegistration(probe_id="p1", sandbox_id="sb1", type=probe_type,
+                                                      spec=row.spec, status=results.progress_of("p1"),
+                                                      start_now=True))
+        event = await asyncio.wait_for(reports.get(), 10)
+        (own,) = manager.snapshot()
+        await manager.close()
+        return event, own.status
+
+    event, own = asyncio.run(one_attempt())
+    results.on_event("sb1", event)
+    return status, event, own, board.get("p1").status
+
+
+@pytest.mark.parametrize("case", sorted(ATTEMPTS))
+def test_an_attempt_report_moves_every_field_the_worker_owns_onto_the_board(case):
+    """The hot path: a worker's attempt goes out as an AttemptReport, over the wire, onto the daemon's board. The
+    report holds the worker's fields of its status exactly as the worker has them, and nothing of the daemon's;
+    every one but the state (which moves with its StateChange, a revision) lands on the board, and the daemon's
+    own fields stay as they were (but the span ids, which are the attempt's)."""
+    before, event, own, on_board = through_an_attempt(case)
+    reported = event.attempt.status
+    assert status_copy(reported, only=WORKER_OWNED) == status_copy(own, only=WORKER_OWNED)
+    assert reported == status_copy(reported, only=WORKER_OWNED), "a report carries no field of the daemon's"
+    # ticks_missed is the manager's own count (0: no tick was missed here); the rest is the prober's, every field set.
+    assert unset_fields(reported.last_attempt) == ["ticks_missed"], "the attempt lost a field on its way out"
+    taken = WORKER_OWNED - MOVED_BY_STATE_CHANGES_ONLY  # not ATTEMPT_FIELDS: this checks that one
+    assert status_copy(on_board, only=taken) == status_copy(reported, only=taken)
+    kept = [name for name in DAEMON_OWNED if name not in ("last_trace_id", "last_span_id")]
+    assert status_copy(on_board, only=kept) == status_copy(before, only=kept)
+    assert (on_board.state, on_board.state_changed_at) == (before.state, before.state_changed_at)
+    assert on_board.totals.ByteSize() and on_board.totals != before.totals  # counted by the worker, taken as is
+
+
+def test_the_attempts_above_set_every_field_the_worker_reports():
+    """Otherwise a field dropped on the attempt path could hide behind its default value."""
+    set_somewhere = set()
+    for case in ATTEMPTS:
+        _, event, _, _ = through_an_attempt(case)
+        set_somewhere |= {field.name for field, _ in event.attempt.status.ListFields()}
+    assert set_somewhere == set(WORKER_OWNED)

@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import FrameDecoder, encode
@@ -32,8 +33,8 @@ async def _resume_sent(seen: list[str], on_reply) -> tuple[WorkerConnection, asy
 
 def _snapshot_then_attempt(seq: int) -> bytes:
     """The reply and the worker's next attempt, in one write: they arrive in one read."""
-    attempt = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(
-        probe_id="p", attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS)))
+    attempt = worker_pb.WorkerEvent(attempt=worker_pb.AttemptReport(probe_id="p", status=service_pb.ProbeStatus(
+        last_attempt=spec_pb.Attempt(result=spec_pb.RESULT_SUCCESS))))
     return encode(worker_pb.WorkerEvent(seq=seq, snapshot=worker_pb.Snapshot())) + encode(attempt)
 
 
