@@ -17,7 +17,7 @@ import pytest
 from shim.rpc import limits
 from shim.rpc import server as server_module
 from tests.support.h2_socket_client import H2SocketClient
-from tests.unit.test_grpc_server_calls import Parked, bounded, echo, run, serving
+from tests.unit.test_rpc_server_calls import Parked, bounded, echo, run, serving
 
 ECHO, PARK = "/t.T/Echo", "/t.T/Park"
 

@@ -23,7 +23,7 @@ import h2.settings
 import pytest
 
 from shim.rpc.client import CallError, Channel
-from tests.unit.test_grpc_client_channel import bounded, run
+from tests.unit.test_rpc_client_channel import bounded, run
 
 OK = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 STATUS_0 = [(b"grpc-status", b"0")]

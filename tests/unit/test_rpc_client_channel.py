@@ -1,6 +1,6 @@
 """The daemon's gRPC client (shim/rpc/client.py) through real sockets, against grpcio's aio server as the
 runtime: what a call returns is compared with what grpcio's own client gets from the same server in the same test.
-The connection's life (backoff, restarts, GOAWAY, a lost connection) is in test_grpc_client_connections.py.
+The connection's life (backoff, restarts, GOAWAY, a lost connection) is in test_rpc_client_connections.py.
 """
 
 from __future__ import annotations

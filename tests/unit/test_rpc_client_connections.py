@@ -17,7 +17,7 @@ from shim.rpc import client as client_module
 from shim.rpc.client import Channel
 from shim.rpc.client_rules import backoff_s, timeout_text
 from shim.rpc.h2_frames import END_HEADERS, GOAWAY, HEADERS, PROTOCOL_ERROR, SETTINGS, frame
-from tests.unit.test_grpc_client_channel import (
+from tests.unit.test_rpc_client_channel import (
     UNARY, DialCounter, Methods, Parked, bounded, call_error, echo, rpc_error, run, runtime,
 )
 

@@ -21,7 +21,7 @@ from shim.rpc import grpc_wire
 from shim.rpc import h2_server as hc
 from tests.support.h2_pair import parse_frames
 from tests.support.kubelet_env import crictl_binary
-from tests.unit.test_grpc_server_calls import Parked, bounded, rpc_error, run, serving
+from tests.unit.test_rpc_server_calls import Parked, bounded, rpc_error, run, serving
 
 # --- stop(grace) --------------------------------------------------------------------------------------------------
 
