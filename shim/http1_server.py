@@ -105,6 +105,7 @@ class Http1Server:
         self._server: asyncio.Server | None = None
         self._idle: set[asyncio.Task] = set()
         self._busy: set[asyncio.Task] = set()
+        self._left_busy = asyncio.Event()  # set whenever a connection's request is done (stopping awaits it)
         self._stopping = False
 
     async def start(self, host: str, port: int, **listen) -> None:
@@ -131,9 +132,11 @@ class Http1Server:
             task.cancel()
 
     async def wait_closed(self) -> None:
-        busy = list(self._busy)
-        if busy and self.bounds.stop_grace_s > 0:
-            await asyncio.wait(busy, timeout=self.bounds.stop_grace_s)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.bounds.stop_grace_s):
+                while self._busy:
+                    self._left_busy.clear()
+                    await self._left_busy.wait()
         tasks = [*self._idle, *self._busy]
         for task in tasks:
             task.cancel()
@@ -162,7 +165,7 @@ class Http1Server:
                 answered = False
                 if self.bounds.idle_timeout_s is not None:
                     async with asyncio.timeout(self.bounds.idle_timeout_s):
-                        if not await _first_bytes(conn, reader, self.bounds.read_chunk):
+                        if not await _first_bytes(conn, reader, self._read_size(conn, True)):
                             return
                 self._idle.discard(task)
                 self._busy.add(task)
@@ -172,8 +175,7 @@ class Http1Server:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-                self._busy.discard(task)
-                self._idle.add(task)
+                self._not_busy(task)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, h11.LocalProtocolError):
             answered = False  # the client went away or stalled: nothing to answer, nothing to linger for
         except asyncio.CancelledError:
@@ -183,10 +185,18 @@ class Http1Server:
             if not self._stopping:
                 raise
         finally:
-            # Still counted while closing: a socket that lingers is one the cap must see.
-            await _close(reader, writer, self.bounds, linger=answered)
-            self._idle.discard(task)
-            self._busy.discard(task)
+            # Still counted while closing (a socket that lingers is one the cap must see), as idle: nothing is in
+            # flight, so stopping need not wait for it.
+            self._not_busy(task)
+            try:
+                await _close(reader, writer, self.bounds, linger=answered)
+            finally:
+                self._idle.discard(task)
+
+    def _not_busy(self, task: asyncio.Task) -> None:
+        self._busy.discard(task)
+        self._idle.add(task)
+        self._left_busy.set()
 
     async def _one_request(self, conn: h11.Connection, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> tuple[bool, bool]:
@@ -227,7 +237,7 @@ class Http1Server:
                            if exc.error_status_hint == 431 else f"bad request: {exc}")
                 raise _Refused(exc.error_status_hint, message, BAD_REQUEST) from None
             if event is h11.NEED_DATA:
-                data = await reader.read(self.bounds.read_chunk)
+                data = await reader.read(self._read_size(conn, head is None))
                 conn.receive_data(data)
                 if not data and conn.their_state is not h11.DONE:
                     return None
@@ -246,6 +256,15 @@ class Http1Server:
                 return _request(head, bytes(body))
             else:
                 return None  # ConnectionClosed
+
+    def _read_size(self, conn: h11.Connection, in_head: bool) -> int:
+        """h11 bounds only a head still incomplete: one that arrives whole in a read is parsed whatever its size.
+        So a head is read no further than one byte past the bound, and one not complete by then is 431. (Bytes
+        pipelined behind a kept-alive request were read with its body: at most one read_chunk.)"""
+        if not in_head:
+            return self.bounds.read_chunk
+        buffered = len(conn.trailing_data[0])
+        return max(1, min(self.bounds.read_chunk, self.bounds.max_head_bytes + 1 - buffered))
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response) -> None:
         headers = [*response.headers, ("content-length", str(len(response.body)))]
@@ -291,18 +310,18 @@ async def _close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bou
                  linger: bool) -> None:
     if writer.transport.is_closing():
         return
-    if linger and writer.can_write_eof():  # plain TCP: half-close, then drain what the client still sends, bounded
-        with contextlib.suppress(OSError, TimeoutError):
-            writer.write_eof()
-            async with asyncio.timeout(bounds.linger_s):
-                budget = bounds.linger_bytes
-                while budget > 0:
-                    chunk = await reader.read(min(bounds.read_chunk, budget))
-                    if not chunk:
-                        break
-                    budget -= len(chunk)
-    writer.close()  # flushes what is left of the answer (TLS: and sends close_notify), within the write timeout
     try:
+        if linger and writer.can_write_eof():  # plain TCP: half-close, drain what the client still sends, bounded
+            with contextlib.suppress(OSError, TimeoutError):
+                writer.write_eof()
+                async with asyncio.timeout(bounds.linger_s):
+                    budget = bounds.linger_bytes
+                    while budget > 0:
+                        chunk = await reader.read(min(bounds.read_chunk, budget))
+                        if not chunk:
+                            break
+                        budget -= len(chunk)
+        writer.close()  # flushes what is left of the answer (TLS: and sends close_notify), within the write timeout
         async with asyncio.timeout(bounds.write_timeout_s):
             await writer.wait_closed()
     except (Exception, asyncio.CancelledError):  # noqa: BLE001 - stalled, failed or stopped: the socket goes now
