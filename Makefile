@@ -35,8 +35,9 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check -e .
 	@touch $@
 
+# The tests' extra, and the [otlp] one: tests/unit/test_tracing.py runs the OTLP exporter against a collector stand-in.
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,otlp]'
 	@touch $@ $(VENV)/.installed
 
 system-deps:
@@ -87,7 +88,7 @@ demo: $(VENV)/.installed-test
 # JSON and PNG plots under bench/results/. `bench` is the quick mode (under 2 minutes), `bench-full`
 # the reference run. Needs root (network namespaces) and, for the ExecSync and proxy parts, containerd.
 $(VENV)/.installed-bench: pyproject.toml | $(PY)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,otlp,bench]'
 	@touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 bench: system-deps $(VENV)/.installed-bench go-binaries
