@@ -48,7 +48,7 @@ from bench.targets import TargetProcess
 from bench.watching import WatchThread
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
-from shim.workers.groups import POOLED
+from shim.workers.grouping import POOLED
 from tests.support.netns_env import PodNetns
 
 KINDS = ("SIGTERM", "kill -9")

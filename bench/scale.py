@@ -32,7 +32,7 @@ from bench.targets import TargetProcess
 from bench.watching import StateChanges, WatchThread, attempt_end_ns
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.workers.groups import POOLED
+from shim.workers.grouping import POOLED
 from tests.support.netns_env import PodNetns
 
 PERIOD_MS = 1000

@@ -69,7 +69,7 @@ from bench import (  # noqa: E402
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.containerd_rig import ContainerdRig  # noqa: E402
-from shim.workers.groups import POOLED, STRICT  # noqa: E402
+from shim.workers.grouping import POOLED, STRICT  # noqa: E402
 from tests.support.containerd_env import sweep_stale_sessions, unavailable_reason  # noqa: E402
 from tests.support.netns_env import netns_unavailable_reason, remove_stale_namespaces  # noqa: E402
 

@@ -12,7 +12,7 @@ handler the rest of the command describes, inside the pod's network namespace. T
 
 ROLE is `liveness`, `readiness` or `startup` (kubelet probe semantics) or `postStart` or `preStop` (kubelet
 lifecycle-hook semantics). The JSON is exactly one `httpGet`, `tcpSocket` or `grpc` object of a Pod spec, with
-Kubernetes' field names (probe_api.handlers). The timeout is ExecSync's, which the kubelet sets from the probe's
+Kubernetes' field names (probe_api.manifest_handlers). The timeout is ExecSync's, which the kubelet sets from the probe's
 timeoutSeconds (hooks get none, see service.py); period, thresholds and delays stay with the kubelet, which owns
 them.
 
@@ -41,12 +41,12 @@ from dataclasses import dataclass
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.cli_names import MARKER
+from probe_api.field_errors import FieldError
 from probe_api.gostrings import go_quote
 from probe_api.handler_flags import (
     IP_FAMILIES, PROBE_TYPES, TARGETS, SpecError, grpc_action, http_get_action, tcp_socket_action,
 )
-from probe_api.handlers import InvalidField, handler_spec, kubernetes_error
-from probe_api.field_errors import FieldError
+from probe_api.manifest_handlers import InvalidField, handler_spec, kubernetes_error
 from probe_api.validation import probe_errors
 
 PROBE_ROLES: dict[str, int] = PROBE_TYPES  # a probe's role is its kubelet probe name

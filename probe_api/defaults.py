@@ -25,7 +25,7 @@ FIELD_VIOLATIONS_KEY = "probe-shim-field-violations-bin"
 # Workers parse bytes chosen by pods, so they run as nobody / nogroup by default and never as root.
 WORKER_UID = 65534
 WORKER_GID = 65534
-# A worker's RLIMIT_NOFILE: the usual soft limit, raised for a big group (shim/workers/groups.py worker_open_files).
+# A worker's RLIMIT_NOFILE: the usual soft limit, raised for a big group (shim/workers/grouping.py worker_open_files).
 WORKER_OPEN_FILES = 1024
 # A worker sends a heartbeat when it has sent nothing for this long, and the daemon one when it has heard nothing
 # (the daemon's WorkerConfig carries it; the worker's own default when none does).

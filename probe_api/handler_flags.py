@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.cli_names import IP_FAMILY_NAMES, PROBE_TYPE_NAMES, TARGET_NAMES, enum_name
 from probe_api.gostrings import go_quote
-from probe_api.handlers import GRPC_MODES, HTTP_PROTOCOLS
+from probe_api.manifest_handlers import GRPC_MODES, HTTP_PROTOCOLS
 from probe_api.validation import port_name_errors
 
 # The kubelet's probe names, as `--type` and the bridge's ROLE spell them; placement names (probe_api.cli_names).

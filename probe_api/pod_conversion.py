@@ -46,7 +46,7 @@ from probe_api.bridge_command import (
     is_marker, parse_command,
 )
 from probe_api.gostrings import go_quote
-from probe_api.handlers import InvalidField, shown
+from probe_api.manifest_handlers import InvalidField, shown
 from probe_api.pod_loopback import is_pod_loopback
 from probe_api.workloads import POD_SPEC_PATHS, find_pod_spec, json_kind, object_name, pod_holder
 

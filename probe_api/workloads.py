@@ -10,7 +10,7 @@ Why here: `probectl apply` (probectl/manifest.py), `probectl convert` and the ad
 
 from __future__ import annotations
 
-from probe_api.handlers import InvalidField, shown
+from probe_api.manifest_handlers import InvalidField, shown
 
 # Where the pod spec sits in each kind, as a path of keys from the object.
 POD_SPEC_PATHS = {

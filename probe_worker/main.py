@@ -37,10 +37,10 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import HEARTBEAT_INTERVAL_MS, KUBELET_VERSION, WORKER_GID, WORKER_OPEN_FILES, WORKER_UID
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, validate_registration, validate_run_once
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
-from probe_worker.group import SandboxGroup, UnknownSandbox
 from probe_worker.netns import NetnsError, isolate_network
 from probe_worker.outbox import Outbox
 from probe_worker.privileges import PrivilegeError, apply_limits, die_with_parent, drop_privileges
+from probe_worker.sandbox_router import SandboxRouter, UnknownSandbox
 from probe_worker.socket_source import BrokerSockets
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ async def serve(channel: AsyncChannel, sockets, user_agent_version: str, heartbe
     """The request loop, until Shutdown, `stop` (the broker lost), or the daemon's EOF. With `handover` (the
     worker outlives its daemon) EOF is not the end: the worker waits there for the next daemon's socket."""
     outbox = Outbox(channel)
-    group = SandboxGroup(sockets, user_agent_version, outbox.send)
+    group = SandboxRouter(sockets, user_agent_version, outbox.send)
     await Session(channel, outbox, group, heartbeat_ms, stop, handover, ready).run()
 
 
@@ -156,7 +156,7 @@ class Session:
     Background tasks (the heartbeat, RunOnce attempts) end with the session.
     """
 
-    def __init__(self, channel: AsyncChannel, outbox: Outbox, group: SandboxGroup, heartbeat_ms: int,
+    def __init__(self, channel: AsyncChannel, outbox: Outbox, group: SandboxRouter, heartbeat_ms: int,
                  stop: asyncio.Future | None, handover: "Handover | None", ready: worker_pb.Ready | None) -> None:
         self.channel = channel
         self.outbox = outbox

@@ -14,7 +14,7 @@ and `documents[2].` when the text has several documents. Durations are converted
 ProbeSpec's milliseconds; validation (probe_api.validation, which speaks proto names) is translated back,
 values included (`initialDelaySeconds: Invalid value: -1: ...`).
 
-The handler objects themselves, the timing fields and that translation are probe_api.handlers', and where the pod
+The handler objects themselves, the timing fields and that translation are probe_api.manifest_handlers', and where the pod
 spec sits in each kind is probe_api.workloads': `probectl convert`, the admission webhook and the kubelet bridge
 read them alike.
 """
@@ -29,12 +29,12 @@ import yaml
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api.field_errors import OMIT_VALUE, FieldError, PrintedValue
 from probe_api.gostrings import go_quote
 from probe_api.handler_flags import PROBE_TYPES
-from probe_api.handlers import (
+from probe_api.manifest_handlers import (
     HANDLER_FIELDS, TIMING, InvalidField, handler_spec, integer_at, kubernetes_error, mapping_at, shown, string_at,
 )
-from probe_api.field_errors import OMIT_VALUE, FieldError, PrintedValue
 from probe_api.validation import probe_errors
 from probe_api.workloads import POD_SPEC_PATHS, find_pod_spec, json_kind, object_name
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from probe_api.defaults import DEFAULT_ENDPOINT
-from shim.workers.groups import ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER
+from shim.workers.grouping import ISOLATION_MODES, MAX_SANDBOXES_PER_WORKER
 from shim.workers.settings import WorkerSettings
 
 

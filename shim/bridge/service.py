@@ -13,7 +13,7 @@ For `ExecSync(container_id, cmd, timeout)` whose cmd[0] is the marker (command.p
 5. the attempt -> span, metrics with the pod's labels, a row on the status board (probectl ps / inspect / watch),
    and the ExecSync answer (answer.py).
 What steps 2-4 derive from the request alone (the call, the checked RunOnce, the worker target, the row's fixed
-fields) is kept per handler between the kubelet's calls, in memory (handlers.py). Nothing of this is stored: the
+fields) is kept per handler between the kubelet's calls, in memory (call_cache.py). Nothing of this is stored: the
 kubelet owns the handler and calls again; after a restart rows come back with the first call.
 """
 
@@ -31,9 +31,9 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.bridge_command import HOOK_ROLES, ROLES, BadArguments
 from shim.bridge import answer
+from shim.bridge.call_cache import CallCache, Handler, handler_key
 from shim.bridge.command import MarkerExecs, parse_command
 from shim.bridge.containers import ContainerInfo, ContainerNotFound, CriContainers
-from shim.bridge.handlers import Handler, Handlers, handler_key
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import (
     HostNetworkSandbox, RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady,
@@ -66,7 +66,7 @@ class KubeletBridge:
         self._metrics = metrics  # the bridge's own counter; attempts go to the results manager
         self._allow_host = allow_host_field
         self._hook_timeout_ms = int(hook_timeout_s * 1000)
-        self._handlers = Handlers()  # what each handler's command gives, kept between the kubelet's calls
+        self._handlers = CallCache()  # what each handler's command gives, kept between the kubelet's calls
         self._marker_execs = MarkerExecs()
 
     def claim(self, request: bytes) -> cri_pb.ExecSyncRequest | None:

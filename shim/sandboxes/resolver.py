@@ -25,7 +25,7 @@ import grpc
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.node_netns import host_network_refusal, is_node_netns
 from shim.rpc.client import CallError, Channel
-from shim.workers.groups import embedded_tenancy
+from shim.workers.grouping import embedded_tenancy
 
 NETNS_DIR = "/var/run/netns"
 NETNS_DIRS = (NETNS_DIR, "/run/netns")

@@ -8,9 +8,11 @@ retried the same way). Only this group pauses: its sandboxes wait, every other g
 
 `WorkerLife` owns the process (shim/workers/process.py), the connection (shim/workers/connection.py), the
 backoff and the worker's status; it knows nothing of sandboxes or probes. Those are its host's
-(shim/workers/group.py), which it calls at each step of a life (`LifeHost`: six calls). The supervisor only
+(shim/workers/sandbox_group.py), which it calls at each step of a life (`LifeHost`: six calls). The supervisor only
 starts it, stops it, lets go of it (a handover) or discards an adopted worker nobody needs, as the kubelet's
-prober manager (prober_manager.go) does its workers (worker.go).
+prober manager (prober_manager.go) does its workers (worker.go). Whoever asks something of the worker (its host
+and the supervisor) does so through `running` (running_worker.py), the door a life opens while its worker runs:
+the connection and the zygote stay the life's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from shim.workers.backoff import Backoff
 from shim.workers.connection import WorkerConnection, WorkerUnavailable
 from shim.workers.process import EXIT_GRACE_S, WorkerProcess
+from shim.workers.running_worker import RunningWorker
 from shim.workers.settings import WorkerSettings
 from shim.workers.zygote_handle import SpawnedWorker, Zygote, ZygoteError
 from shim.workers.zygote_pool import Adoption, ZygotePool
@@ -50,12 +53,12 @@ class LifeHost(Protocol):
         """An adopted worker serves these sandboxes (id -> netns inode) already: the events it queued while no
         daemon listened, which come first, are theirs."""
 
-    async def take_over(self, conn: WorkerConnection, zygote: Zygote, pid: int) -> None:
+    async def take_over(self, worker: RunningWorker) -> None:
         """An adopted worker is Ready: what it runs is made what the registrations say (before it counts as
-        running). WorkerUnavailable or TimeoutError: it cannot be adopted."""
+        running, so `worker` is not `life.running` yet). WorkerUnavailable or TimeoutError: it cannot be adopted."""
 
     def worker_running(self) -> None:
-        """The worker is RUNNING (`life.conn`, `life.zygote`): the sandboxes are attached to it."""
+        """The worker is RUNNING (`life.running`): the sandboxes are attached to it."""
 
     def worker_ended(self) -> None:
         """The worker is gone, or let go: no sandbox is attached to it any more."""
@@ -68,8 +71,8 @@ class LifeEnd:
 
 
 class WorkerLife:
-    """A group's worker, restarted until stopped. `status` is the worker's; `conn` and `zygote` are set while it
-    is RUNNING (the zygote whose broker holds its sandboxes' netns)."""
+    """A group's worker, restarted until stopped. `status` is the worker's; `running` is the door to it while it
+    is RUNNING (None otherwise)."""
 
     def __init__(self, name: str, tenancy: str, settings: WorkerSettings, zygotes: ZygotePool, host: LifeHost,
                  adoption: Adoption | None = None) -> None:
@@ -83,8 +86,7 @@ class WorkerLife:
         self._task: asyncio.Task[None] | None = None
         self._let_go = False
         self.taken_over: asyncio.Future[None] | None = None  # adopted: done once taken over, or the life ended
-        self.conn: WorkerConnection | None = None
-        self.zygote: Zygote | None = None
+        self.running: RunningWorker | None = None
         if adoption is None:
             self.status = service_pb.WorkerStatus(state=service_pb.WORKER_STARTING)
         else:  # shown as it runs (as the last daemon showed it): taking it over changes nothing a watcher sees
@@ -195,7 +197,7 @@ class WorkerLife:
         finally:
             if self.taken_over is not None and not self.taken_over.done():
                 self.taken_over.set_result(None)  # it ended instead: the daemon need not wait for it
-            self.conn = self.zygote = None
+            self.running = None
             self._host.worker_ended()
             conn.fail("stopped")
             proc.close()
@@ -234,15 +236,16 @@ class WorkerLife:
         ready = first.ready
         if conn.lost.done():  # Ready, then gone at once
             return await self._bury(proc, conn, None)
+        worker = RunningWorker(ready.pid, conn, zygote)
         if adopted:
             if ready.protocol_version != WORKER_PROTOCOL_VERSION:
                 return await self._bury(proc, conn, f"the running worker speaks worker protocol "
                                                     f"{ready.protocol_version}, not {WORKER_PROTOCOL_VERSION}")
             try:
-                await self._host.take_over(conn, zygote, ready.pid)
+                await self._host.take_over(worker)
             except (WorkerUnavailable, TimeoutError) as exc:
                 return await self._bury(proc, conn, f"cannot adopt the running worker: {exc or 'no snapshot'}")
-        self.conn, self.zygote = conn, zygote
+        self.running = worker
         if self.taken_over is not None and not self.taken_over.done():
             self.taken_over.set_result(None)
         # last_error stays: why the previous life ended is what an operator looking at restarts wants to know.

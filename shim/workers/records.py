@@ -1,6 +1,6 @@
 """What the supervisor keeps per sandbox: its target, its registrations, and its attachment to its group's worker.
 
-A member is one sandbox in a group (shim/workers/group.py): its registrations (replayed into every new worker of
+A member is one sandbox in a group (shim/workers/sandbox_group.py): its registrations (replayed into every new worker of
 the group), whether the running worker serves it (`Attachment`), and why not. The attachment changes in one place,
 `Member.move`, together with the task that drives it.
 """
@@ -17,7 +17,7 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from shim.workers.backoff import Backoff
 
 if TYPE_CHECKING:
-    from shim.workers.group import Group
+    from shim.workers.sandbox_group import SandboxGroup
 
 
 @dataclass
@@ -61,7 +61,7 @@ _DRIVEN = (Attachment.ATTACHING, Attachment.FAILED)
 @dataclass
 class Member:
     target: SandboxTarget
-    group: "Group"
+    group: "SandboxGroup"
     backoff: Backoff
     status: service_pb.WorkerStatus = field(default_factory=service_pb.WorkerStatus)  # as last reported
     changed: asyncio.Future[None] | None = None  # resolved (and replaced) at every status change

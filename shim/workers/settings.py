@@ -15,12 +15,12 @@ from probe_api.defaults import HANDOVER_TIMEOUT_S, HEARTBEAT_INTERVAL_MS, KUBELE
 from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
 from shim.workers.backoff import BackoffPolicy
 from shim.workers.connection import REQUEST_TIMEOUT_S
-from shim.workers.groups import DEFAULT_SANDBOXES_PER_WORKER, POOLED, STRICT, worker_open_files
+from shim.workers.grouping import DEFAULT_SANDBOXES_PER_WORKER, POOLED, STRICT, worker_open_files
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    isolation: str = POOLED  # groups.py: POOLED, or STRICT (a worker per sandbox)
+    isolation: str = POOLED  # grouping.py: POOLED, or STRICT (a worker per sandbox)
     sandboxes_per_worker: int = DEFAULT_SANDBOXES_PER_WORKER
     # The worker sends a heartbeat when it has sent nothing for this long; the daemon one when it has heard nothing.
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS

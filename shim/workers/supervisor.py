@@ -1,9 +1,9 @@
 """Probe workers, each serving a group of sandboxes: spawned through the zygote, watched, restarted, stopped.
 
-Which sandboxes share a worker is groups.py's rule (one Kubernetes namespace per worker, at most
+Which sandboxes share a worker is grouping.py's rule (one Kubernetes namespace per worker, at most
 `sandboxes_per_worker` of them; a group of one in the strict mode). The supervisor owns the groups and, per
 sandbox, the registrations its worker must run, so that a restarted worker gets every probe back, each with its
-progress (where it stood: no state change without an attempt). A group (group.py) attaches its sandboxes to its
+progress (where it stood: no state change without an attempt). A group (sandbox_group.py) attaches its sandboxes to its
 worker and reports each one's status through `on_worker`; the worker's lives (spawn, watch, restart with backoff,
 adoption) are life.py's, its process process.py's, its connection connection.py's, the zygotes zygote_pool.py's.
 
@@ -14,7 +14,7 @@ child; its death is read from its pidfd (not from the zygote) and its exit statu
 Handover (settings.handover_dir): workers outlive the daemon. `hand_over()` detaches every worker and leaves the
 zygotes running; a crashed daemon leaves them running too. The next daemon's `start()` finds them (zygote_pool.py),
 makes a group per running worker that claims the worker's sandboxes, and once the registrations are back
-(`finish_adoption()`) takes each worker over (group.py). A worker that cannot be adopted, or is not needed, is
+(`finish_adoption()`) takes each worker over (sandbox_group.py). A worker that cannot be adopted, or is not needed, is
 stopped; a needed one is then replaced, its probes resumed from `progress_of` (the daemon's board, itself restored
 from the store). Without a handover_dir a worker ends with the daemon: the zygote kills its children when the
 daemon's end of its socket closes.
@@ -36,9 +36,9 @@ from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.worker_protocol import validate_registration, validate_run_once
 from shim.workers.backoff import Backoff
 from shim.workers.connection import WorkerUnavailable
-from shim.workers.group import Group, OnEvent, OnWorker, Outlets, ProgressOf
-from shim.workers.groups import GroupView, choose_group, new_group_name
+from shim.workers.grouping import GroupView, choose_group, new_group_name
 from shim.workers.records import Attachment, Member, SandboxTarget, WorkerRejected
+from shim.workers.sandbox_group import OnEvent, OnWorker, Outlets, ProgressOf, SandboxGroup
 from shim.workers.settings import WorkerSettings
 from shim.workers.zygote_handle import Zygote
 from shim.workers.zygote_pool import Adoption, ZygoteFactory, ZygotePool
@@ -72,7 +72,7 @@ class WorkerSupervisor:
         self._settings = settings
         self._outlets = Outlets(on_event, on_worker, progress_of or (lambda probe_id: None))
         self._members: dict[str, Member] = {}
-        self._groups: dict[str, Group] = {}
+        self._groups: dict[str, SandboxGroup] = {}
         self._zygotes = ZygotePool(zygote_factory, settings.backoff, settings.handover_dir)
         self._closing = False
 
@@ -105,7 +105,7 @@ class WorkerSupervisor:
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
         return sum(1 for g in adopted if g.life.taken_over is not None and g.life.taken_over.done()
-                   and g.life.conn is not None)
+                   and g.life.running is not None)
 
     @property
     def zygote(self) -> Zygote | None:
@@ -138,12 +138,12 @@ class WorkerSupervisor:
             stored.container.started_at_unix_ns = time.time_ns()
         previous = member.regs.get(reg.probe_id)
         member.regs[reg.probe_id] = stored
-        conn = member.group.life.conn
-        if conn is None or member.attachment is not Attachment.ATTACHED:
+        worker = member.group.life.running
+        if worker is None or member.attachment is not Attachment.ATTACHED:
             return  # replayed when the sandbox is attached (or, adopted, if the worker does not run it already)
         try:
             # With its progress: a worker that does not run it yet (a restart) goes on from there.
-            reply = await conn.request(self._settings.request_timeout_s, add_probe=worker_pb.AddProbe(
+            reply = await worker.request(self._settings.request_timeout_s, add_probe=worker_pb.AddProbe(
                 probe=member.group.with_progress(stored)))
         except (WorkerUnavailable, TimeoutError) as exc:
             # Dead, or hung (the watchdog will replace it): either way the next worker replays it.
@@ -163,10 +163,10 @@ class WorkerSupervisor:
         if member is None or member.regs.pop(probe_id, None) is None:
             return
         member.pinned = bool(member.regs)
-        conn = member.group.life.conn
-        if conn is not None and member.attachment is Attachment.ATTACHED:
+        worker = member.group.life.running
+        if worker is not None and member.attachment is Attachment.ATTACHED:
             try:
-                await conn.request(self._settings.request_timeout_s, remove_probe=worker_pb.RemoveProbe(
+                await worker.request(self._settings.request_timeout_s, remove_probe=worker_pb.RemoveProbe(
                     probe_id=probe_id, sandbox_id=sandbox_id))
             except (WorkerUnavailable, TimeoutError):
                 pass  # dead or hung: the next worker will not get it back
@@ -195,10 +195,10 @@ class WorkerSupervisor:
         try:
             if member.status.state not in _RUN_ONCE_READY:  # a warm worker needs no wait, nor a task to wait in
                 await self._wait_until(member, lambda: member.status.state in _RUN_ONCE_READY, deadline - loop.time())
-            conn = member.group.life.conn
-            if conn is None or not member.attached:
+            worker = member.group.life.running
+            if worker is None or not member.attached:
                 raise WorkerUnavailable(self._unavailable(member))
-            reply = await conn.request(max(0.0, deadline - loop.time()), run_once=run)
+            reply = await worker.request(max(0.0, deadline - loop.time()), run_once=run)
             if reply.WhichOneof("msg") == "rejected":
                 raise WorkerRejected(list(reply.rejected.errors))
             return reply.attempt.status.last_attempt
@@ -222,9 +222,9 @@ class WorkerSupervisor:
         else:
             if self._groups.get(group.name) is group:
                 del self._groups[group.name]  # now, before any wait: a new sandbox must not join a stopping worker
-            if member.attached and life.zygote is not None:
+            if member.attached and life.running is not None:
                 # Released before the runtime tears the netns down, not when the broker reaps the worker.
-                await life.zygote.unassign(life.status.pid, sandbox_id)
+                await life.running.unassign(sandbox_id)
             await life.stop()
         member.move(Attachment.DETACHED)
         group.report(member, service_pb.WorkerStatus(state=service_pb.WORKER_NONE,
@@ -274,8 +274,9 @@ class WorkerSupervisor:
             return
         self._closing = True
         self._stop_attaching()
-        running = [g for g in self._groups.values() if g.life.conn is not None]
-        replies = await asyncio.gather(*(g.life.conn.request(self._settings.stop_timeout_s, detach=worker_pb.Detach())
+        running = [g for g in self._groups.values() if g.life.running is not None]
+        replies = await asyncio.gather(*(g.life.running.request(self._settings.stop_timeout_s,
+                                                                detach=worker_pb.Detach())
                                          for g in running), return_exceptions=True)
         for group, reply in zip(running, replies):
             if isinstance(reply, BaseException):
@@ -288,8 +289,8 @@ class WorkerSupervisor:
 
     # --- groups and their sandboxes ----------------------------------------------------------------
 
-    def _new_group(self, name: str, tenancy: str, adoption: Adoption | None = None) -> Group:
-        return Group(name, tenancy, self._settings, self._zygotes, self._outlets, adoption)
+    def _new_group(self, name: str, tenancy: str, adoption: Adoption | None = None) -> SandboxGroup:
+        return SandboxGroup(name, tenancy, self._settings, self._zygotes, self._outlets, adoption)
 
     def _member(self, target: SandboxTarget) -> Member:
         member = self._members.get(target.sandbox_id)
@@ -308,11 +309,11 @@ class WorkerSupervisor:
         self._members[target.sandbox_id] = member
         group.members[target.sandbox_id] = member
         group.report(member)
-        if group.life.conn is not None:  # a running worker takes it now; otherwise at the worker's next start
+        if group.life.running is not None:  # a running worker takes it now; otherwise at the worker's next start
             group.start_attaching(member)
         return member
 
-    def _group_for(self, target: SandboxTarget) -> Group:
+    def _group_for(self, target: SandboxTarget) -> SandboxGroup:
         for group in self._groups.values():
             adoption = group.life.adoption
             if adoption is not None and target.sandbox_id in adoption.worker.sandboxes:
@@ -328,7 +329,7 @@ class WorkerSupervisor:
         group.life.start()
         return group
 
-    async def _stop_group(self, group: Group) -> None:
+    async def _stop_group(self, group: SandboxGroup) -> None:
         if self._groups.get(group.name) is group:
             del self._groups[group.name]
         await group.life.stop()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.handlers import TIMING, handler_spec
+from probe_api.manifest_handlers import TIMING, handler_spec
 from tests.support.netns_env import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kubelet-prober.sh"
@@ -78,7 +78,7 @@ class Case:
                                            protocol=p.get("protocol", "TCP")) for p in self.ports)
 
     def engine_spec(self) -> spec_pb.ProbeSpec:
-        """The ProbeSpec the kubelet bridge and probectl make of this Probe (probe_api.handlers)."""
+        """The ProbeSpec the kubelet bridge and probectl make of this Probe (probe_api.manifest_handlers)."""
         handlers = {key: value for key, value in self.probe.items() if key in ("httpGet", "tcpSocket", "grpc")}
         # handler_spec refuses a name the container has not (a manifest error); the kubelet takes it and fails
         # each attempt, which is what a case with such a port compares, so the name is let through here.

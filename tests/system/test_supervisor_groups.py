@@ -13,7 +13,7 @@ import pytest
 
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.zygote_protocol import WorkerExit
-from shim.workers.groups import STRICT
+from shim.workers.grouping import STRICT
 from shim.workers.supervisor import SandboxTarget
 from tests.support.netns_env import listen
 from tests.support.supervisor_harness import NONE, RUNNING, serve, supervised, tcp_reg

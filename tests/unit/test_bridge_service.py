@@ -1,5 +1,5 @@
 """The kubelet bridge's one call (shim/bridge/service.py) with its real results manager, board and metrics, and
-fakes for what it asks of the runtime and the workers; and what it keeps between calls (shim/bridge/handlers.py).
+fakes for what it asks of the runtime and the workers; and what it keeps between calls (shim/bridge/call_cache.py).
 
 The kubelet sends the same ExecSync every period: the bridge derives the call, the worker's request and the row's
 fixed fields once per handler and container resolution, and every call still answers, counts and records exactly
@@ -20,8 +20,8 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.bridge_command import command_for
 from shim.bridge import service
+from shim.bridge.call_cache import CallCache, Handler, handler_key
 from shim.bridge.containers import ContainerInfo
-from shim.bridge.handlers import Handler, Handlers, handler_key
 from shim.bridge.service import KubeletBridge, row_id
 from shim.observe.metrics import ShimMetrics
 from shim.observe.tracing import AttemptTracer
@@ -229,7 +229,7 @@ def test_a_hook_has_a_row_without_probe_series():
 # --- the memory itself ------------------------------------------------------------------------------------------
 
 def test_a_kept_handler_answers_only_for_the_resolution_it_came_from():
-    handlers = Handlers()
+    handlers = CallCache()
     key = handler_key("c-1", READINESS, 1)
     handlers.keep(key, Handler(CONTAINER, None, refusal="no"))
     assert handlers.get(handler_key("c-1", list(READINESS), 1), CONTAINER).refusal == "no"
@@ -238,7 +238,7 @@ def test_a_kept_handler_answers_only_for_the_resolution_it_came_from():
 
 
 def test_the_oldest_handler_goes_first_and_a_sandbox_takes_its_own():
-    handlers = Handlers(max_kept=2)
+    handlers = CallCache(max_kept=2)
     other = dataclasses.replace(CONTAINER, id="c-2", sandbox_id="sb-2")
     keys = [handler_key(c, READINESS, 1) for c in ("c-1", "c-2", "c-3")]
     handlers.keep(keys[0], Handler(CONTAINER, None))

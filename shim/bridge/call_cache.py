@@ -56,7 +56,7 @@ def handler_key(container_id: str, cmd, timeout: int) -> HandlerKey:
     return container_id, tuple(cmd), timeout
 
 
-class Handlers:
+class CallCache:
     """Kept handlers by what the kubelet sent (see the module)."""
 
     def __init__(self, max_kept: int = MAX_KEPT) -> None:

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_worker_pb2 as worker_pb
 from shim.workers.adoption import probe_plan
-from shim.workers.connection import WorkerConnection, WorkerUnavailable
+from shim.workers.connection import WorkerUnavailable
 from shim.workers.life import WorkerLife
 from shim.workers.records import Attachment, Member
+from shim.workers.running_worker import RunningWorker
 from shim.workers.settings import WorkerSettings
-from shim.workers.zygote_handle import Zygote, ZygoteError
+from shim.workers.zygote_handle import ZygoteError
 from shim.workers.zygote_pool import Adoption, ZygotePool
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class Outlets:
     progress_of: ProgressOf
 
 
-class Group:
+class SandboxGroup:
     def __init__(self, name: str, tenancy: str, settings: WorkerSettings, zygotes: ZygotePool, outlets: Outlets,
                  adoption: Adoption | None = None) -> None:
         self.name, self.tenancy = name, tenancy
@@ -84,7 +85,7 @@ class Group:
             if member is not None:
                 member.move(Attachment.RECONCILING, netns_inode=inode)
 
-    async def take_over(self, conn: WorkerConnection, zygote: Zygote, pid: int) -> None:
+    async def take_over(self, worker: RunningWorker) -> None:
         """What the adopted worker runs (Snapshot) reaches the results first, then it is changed to run exactly
         the registrations, touching nothing else: sandboxes nobody needs leave, probes nobody registered stop,
         probes that differ (or are missing) are sent with their progress."""
@@ -98,15 +99,15 @@ class Group:
             if ours.probes:
                 self._outlets.on_event("", worker_pb.WorkerEvent(snapshot=ours))
 
-        reply = await conn.request(timeout_s, on_reply=take, resume=worker_pb.Resume())
+        reply = await worker.request(timeout_s, on_reply=take, resume=worker_pb.Resume())
         snapshot = reply.snapshot
         if snapshot.dropped_events:
             log.warning("the worker dropped %d events while no daemon listened", snapshot.dropped_events,
                         extra={"group": self.name})
         for sandbox in snapshot.sandboxes:
             if sandbox.sandbox_id not in self.members:
-                await conn.request(timeout_s, remove_sandbox=worker_pb.RemoveSandbox(sandbox_id=sandbox.sandbox_id))
-                await zygote.unassign(pid, sandbox.sandbox_id)
+                await worker.request(timeout_s, remove_sandbox=worker_pb.RemoveSandbox(sandbox_id=sandbox.sandbox_id))
+                await worker.unassign(sandbox.sandbox_id)
         running: dict[str, dict[str, worker_pb.ProbeRegistration]] = {}
         for probe in snapshot.probes:
             running.setdefault(probe.registration.sandbox_id, {})[probe.registration.probe_id] = probe.registration
@@ -117,14 +118,14 @@ class Group:
             now = running.get(member.target.sandbox_id, {})
             plan = probe_plan(member.regs, now)
             for probe_id in plan.remove:
-                conn.submit(expect_reply=False, remove_probe=worker_pb.RemoveProbe(
+                worker.submit(expect_reply=False, remove_probe=worker_pb.RemoveProbe(
                     probe_id=probe_id, sandbox_id=member.target.sandbox_id))
             for probe_id, reg in member.regs.items():
                 if not reg.container.started_at_unix_ns:  # the runtime's start unknown: the pin it runs with
                     reg.container.started_at_unix_ns = (now[probe_id].container.started_at_unix_ns
                                                         if probe_id in now else time.time_ns())
             for probe_id in plan.add:
-                conn.submit(add_probe=worker_pb.AddProbe(probe=self.with_progress(member.regs[probe_id])))
+                worker.submit(add_probe=worker_pb.AddProbe(probe=self.with_progress(member.regs[probe_id])))
 
     def worker_running(self) -> None:
         log.info("worker running", extra={"group": self.name, "pid": self.life.status.pid,
@@ -190,17 +191,17 @@ class Group:
         """Assigns the sandbox's netns to the running worker at the broker, then AddSandbox and its probes."""
         if delay_s:
             await asyncio.sleep(delay_s)
-        conn, zygote, pid = self.life.conn, self.life.zygote, self.life.status.pid
-        if conn is None or zygote is None or self.members.get(member.target.sandbox_id) is not member:
+        worker = self.life.running
+        if worker is None or self.members.get(member.target.sandbox_id) is not member:
             return
         target = member.target
         timeout_s = self._settings.request_timeout_s
         began = asyncio.get_running_loop().time()
         try:
-            assigned = await zygote.assign(pid, target.sandbox_id, target.netns_path,
-                                           find_pod_ips=not target.pod_ips, timeout_s=timeout_s)
+            assigned = await worker.assign(target.sandbox_id, target.netns_path, find_pod_ips=not target.pod_ips,
+                                           timeout_s=timeout_s)
         except (ZygoteError, TimeoutError) as exc:
-            if self.life.conn is not conn:
+            if self.life.running is not worker:
                 return  # the worker ended meanwhile: its next life attaches again
             error = str(exc) or "the broker did not answer"
             delay = member.backoff.next_delay(asyncio.get_running_loop().time() - began)
@@ -211,19 +212,19 @@ class Group:
             return
         pod_ips = list(target.pod_ips) or list(assigned.pod_ips)
         try:
-            await conn.request(timeout_s, add_sandbox=worker_pb.AddSandbox(sandbox_id=target.sandbox_id,
+            await worker.request(timeout_s, add_sandbox=worker_pb.AddSandbox(sandbox_id=target.sandbox_id,
                                                                            pod_ips=pod_ips))
         except (WorkerUnavailable, TimeoutError):
             return  # the watch of the worker sees why
         # Replayed synchronously with the switch to attached: an add_probe arriving meanwhile
         # either is in this snapshot or finds the sandbox attached and sends itself.
-        replays = [(probe_id, conn.submit(add_probe=worker_pb.AddProbe(probe=self.with_progress(reg))))
+        replays = [(probe_id, worker.submit(add_probe=worker_pb.AddProbe(probe=self.with_progress(reg))))
                    for probe_id, reg in member.regs.items()]
         member.move(Attachment.ATTACHED, netns_inode=assigned.netns_inode)
         self.report(member)
         for probe_id, reply in replays:
             try:
-                answer = await conn.reply(reply, timeout_s)
+                answer = await worker.reply(reply, timeout_s)
             except (WorkerUnavailable, TimeoutError):
                 break  # the watch of the worker sees why
             if answer.WhichOneof("msg") == "rejected":
@@ -232,14 +233,13 @@ class Group:
 
     async def detach(self, member: Member) -> None:
         """Out of a worker that serves others: RemoveSandbox (its probes stop), then the broker takes its netns back."""
-        conn, zygote, pid = self.life.conn, self.life.zygote, self.life.status.pid
-        if not member.attached or conn is None:
+        worker = self.life.running
+        if not member.attached or worker is None:
             return
         member.move(Attachment.DETACHED)
         try:
-            await conn.request(self._settings.request_timeout_s, remove_sandbox=worker_pb.RemoveSandbox(
+            await worker.request(self._settings.request_timeout_s, remove_sandbox=worker_pb.RemoveSandbox(
                 sandbox_id=member.target.sandbox_id))
         except (WorkerUnavailable, TimeoutError):
             pass  # dead or hung: the broker forgets it with the worker
-        if zygote is not None:
-            await zygote.unassign(pid, member.target.sandbox_id)
+        await worker.unassign(member.target.sandbox_id)

@@ -27,7 +27,7 @@ class _Sandbox:
     manager: ProbeManager
 
 
-class SandboxGroup:
+class SandboxRouter:
     def __init__(self, sockets, user_agent_version: str, emit: Emit) -> None:
         self._sockets = sockets  # probe_worker.socket_source: BrokerSockets, or LocalSockets
         self._user_agent_version = user_agent_version

@@ -1,4 +1,4 @@
-"""The grouping rules (shim/workers/groups.py): which worker serves which sandbox. Pure, no process."""
+"""The grouping rules (shim/workers/grouping.py): which worker serves which sandbox. Pure, no process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shim.workers.groups import (
+from shim.workers.grouping import (
     POOLED,
     STRICT,
     GroupView,
