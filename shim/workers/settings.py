@@ -33,7 +33,7 @@ class WorkerSettings:
     run_as_uid: int = WORKER_UID
     run_as_gid: int = WORKER_GID
     max_memory_bytes: int = 0  # 0: no limit
-    max_open_files: int = 0  # 0: as the group's capacity needs (groups.worker_open_files)
+    max_open_files: int = 0  # 0: as the group's capacity needs (grouping.worker_open_files)
     # Where zygotes wait for the next daemon, their workers outliving this one ("": workers end with the daemon),
     # and for how long.
     handover_dir: str = ""
