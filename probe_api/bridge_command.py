@@ -26,7 +26,7 @@ writes every `$` of a probe's JSON as `$$`, which the kubelet's expansion turns 
 
 Errors name the field in Kubernetes' words (`httpGet.port: Invalid value: 0: must be between 1 and 65535,
 inclusive`), with RunProbe's validation plus the reader's `gate` (the daemon's: the `host` gate of
-shim/api/request_rules.py).
+probe_api/request_rules.py).
 
 Why in the contract: the grammar has a writer (`probectl convert`, and the admission webhook through
 probe_api/pod_conversion.py) and a reader (the daemon's bridge, shim/bridge/command.py), and a command that one

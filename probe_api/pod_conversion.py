@@ -17,7 +17,7 @@ read; a marker command it cannot read (probectl's hand-written flag form) is lef
 
 What convert leaves, the API server still validates; what it rewrites, the API server no longer sees. So each
 rewritten handler is validated here as the shim will validate the command (parse_command: RunProbe's rules, named
-ports against the container's ports), and `host` is refused (blind SSRF, shim/api/request_rules.py HOST_GATE) unless
+ports against the container's ports), and `host` is refused (blind SSRF, probe_api/request_rules.py HOST_GATE) unless
 allow_host: the daemon refuses it too unless its config allows it. The pod's own loopback (`127.0.0.1`, `::1`,
 `localhost`: probe_api.pod_loopback) is no such host inside the pod's netns and is converted as it is. A pod spec
 with `hostNetwork: true` is left as it is, with a note: there the pod's netns is the node's, where the kubelet's
@@ -52,7 +52,7 @@ from probe_api.workloads import POD_SPEC_PATHS, find_pod_spec, json_kind, object
 
 PROBE_FIELDS: dict[str, str] = {f"{role}Probe": role for role in PROBE_ROLES}  # livenessProbe -> liveness
 
-# The wording of shim/api/request_rules.py HOST_GATE, for a manifest: here the gate is --allow-host, and behind it the daemon's.
+# The wording of probe_api/request_rules.py HOST_GATE, for a manifest: here the gate is --allow-host, and behind it the daemon's.
 HOST_FORBIDDEN = (
     "Forbidden: the host field makes the runtime connect to any address the node can reach "
     "(blind SSRF around NetworkPolicy, kubernetes#99425), and the shim refuses it unless its config sets "

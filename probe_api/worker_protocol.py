@@ -1,8 +1,14 @@
 """The daemon <-> worker protocol's rules (cri_proto/probe_worker.proto), for both ends.
 
 Framing: a frame is a 4-byte big-endian length and one serialized message. Both sides cap the frame size so that
-neither can make the other allocate without bound. Requests: what a worker accepts, checked by the daemon before it
-sends (a clear error without a round trip) and by the worker again (the daemon may be another version).
+neither can make the other allocate without bound.
+
+Requests carry what the daemon took at its API edge, the one place a probe spec is validated (probe_api/
+request_rules.py for ProbeService, probe_api/bridge_command.py for the kubelet bridge, both with the Kubernetes rules
+of probe_api/validation.py). The worker trusts them: the daemon that sends them is root and started it, and a
+daemon of another release never speaks to it (WORKER_PROTOCOL_VERSION gates adoption). Its threat model is the
+probe targets, not the daemon; what it checks itself is its own state (is the sandbox one it serves, has a probe
+an id to be found by), not the spec.
 """
 
 from __future__ import annotations
@@ -11,9 +17,6 @@ import struct
 
 from google.protobuf.message import Message
 
-from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.defaults import MAX_TRIES
-from probe_api.validation import validate_probe
 
 MAX_FRAME = 1 << 20
 # Bumped whenever a worker and a daemon of different values could misunderstand each other. A daemon adopts a
@@ -55,36 +58,3 @@ class FrameDecoder:
             frames.append(bytes(self._buf[_HEADER.size:end]))
             del self._buf[:end]
         return frames
-
-
-def validate_registration(reg: worker_pb.ProbeRegistration, require_id: bool = True) -> list[str]:
-    """run_once needs no probe id (its answer carries the request's seq); add_probe does."""
-    errors = ["probe_id: Required value"] if require_id and not reg.probe_id else []
-    return errors + validate_probe(reg.type, reg.spec)
-
-
-# RunOnce requests whose verdict is kept: the kubelet bridge sends the same few requests every period, and
-# checking one costs more than the rest of its handling in the worker. A full cache is simply emptied.
-RUN_ONCE_VERDICTS = 256
-_run_once_verdicts: dict[bytes, tuple[str, ...]] = {}
-
-
-def validate_run_once(run: worker_pb.RunOnce) -> list[str]:
-    """RunOnce's own fields, after its registration's: a core/v1 LifecycleHandler has no gRPC action."""
-    # The verdict depends on the message alone: keyed by its bytes, not its identity (a caller may change it).
-    key = run.SerializeToString(deterministic=True)
-    verdict = _run_once_verdicts.get(key)
-    if verdict is None:
-        if len(_run_once_verdicts) >= RUN_ONCE_VERDICTS:
-            _run_once_verdicts.clear()
-        verdict = _run_once_verdicts[key] = tuple(_run_once_errors(run))
-    return list(verdict)
-
-
-def _run_once_errors(run: worker_pb.RunOnce) -> list[str]:
-    errors = validate_registration(run.probe, require_id=False)
-    if not 0 <= run.max_tries <= MAX_TRIES:
-        errors.append(f"max_tries: Invalid value: {run.max_tries}: must be between 0 and {MAX_TRIES}, inclusive")
-    if run.lifecycle_hook and run.probe.spec.HasField("grpc"):
-        errors.append("probe.spec.grpc: Forbidden: a lifecycle hook handler is http_get or tcp_socket")
-    return errors

@@ -72,11 +72,13 @@ class SandboxRouter:
     def prober(self, sandbox_id: str) -> Prober:
         return self._sandbox(sandbox_id).prober
 
-    def check(self, reg: worker_pb.ProbeRegistration, path: str = "probe") -> list[str]:
-        """The routing rule, as a field error: a probe runs in one of this worker's sandboxes."""
-        if reg.sandbox_id in self._sandboxes:
-            return []
-        return [f"{path}.sandbox_id: Not found: {reg.sandbox_id!r}: not a sandbox this worker serves"]
+    def check(self, reg: worker_pb.ProbeRegistration, path: str = "probe", *, needs_id: bool = False) -> list[str]:
+        """The routing rules, as field errors: a probe runs in one of this worker's sandboxes, and one that is kept
+        (not a RunOnce's) has an id to be found by. The spec itself is the daemon's to validate."""
+        errors = [f"{path}.probe_id: Required value"] if needs_id and not reg.probe_id else []
+        if reg.sandbox_id not in self._sandboxes:
+            errors.append(f"{path}.sandbox_id: Not found: {reg.sandbox_id!r}: not a sandbox this worker serves")
+        return errors
 
     def snapshot(self) -> worker_pb.Snapshot:
         """Everything this worker serves, and where each probe stands: the answer to a daemon that adopted it."""

@@ -17,8 +17,8 @@ import grpc
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_service_pb2_grpc as service_grpc
 from probe_api.defaults import FIELD_VIOLATIONS_KEY, SHIM_VERSION
-from shim.api.request_rules import field_violations
-from shim.cri.proxy import traceparent_of
+from probe_api.request_rules import field_violations
+from shim.observe.tracing import traceparent_of
 from shim.sandboxes.resolver import RuntimeUnavailable, SandboxNotFound, SandboxNotReady
 from shim.state.registry import InvalidRequest, LimitExceeded, ProbeRegistry
 from shim.state.store import StoreUnavailable

@@ -48,7 +48,7 @@ EXIT_BAD_ARGUMENTS = 2
 EXIT_CANNOT_PROBE = 3
 PREFIX = "cri-probe-shim"
 MAX_OUTPUT_BYTES = 10 * 1024  # pkg/probe/exec maxReadLength: the kubelet keeps no more
-MAX_DETAILS_BYTES = 4096      # of a status's details, as for RunProbe's errors (shim/api/request_rules.py)
+MAX_DETAILS_BYTES = 4096      # of a status's details, as for RunProbe's errors (probe_api/request_rules.py)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ how it is read and validated) is the contract's, probe_api/bridge_command.py: `p
 reads, and neither imports the other. What only the daemon adds lives here:
 - `marker_exec`: which CRI ExecSync requests are the marker's, decided from the serialized bytes the CRI proxy
   holds, without decoding every exec; `MarkerExecs` decodes each request's bytes once (the kubelet resends them);
-- `parse_command` with the `host` gate of RunProbe (shim/api/request_rules.py: a host outside the pod is refused
+- `parse_command` with the `host` gate of RunProbe (probe_api/request_rules.py: a host outside the pod is refused
   unless the config sets allow_host_field) and the bound on how much error text one answer carries.
 """
 
@@ -20,7 +20,7 @@ from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api import bridge_command
 from probe_api.bridge_command import MARKER, BadArguments, BridgedCall, is_marker
-from shim.api.request_rules import bounded, host_field_errors
+from probe_api.request_rules import bounded, host_field_errors
 
 _MARKER_BYTES = MARKER.encode()
 
@@ -69,7 +69,7 @@ class MarkerExecs:
 def parse_command(cmd: Sequence[str], *, ports: Sequence[spec_pb.ContainerPort], timeout_ms: int,
                   allow_host: bool) -> BridgedCall:
     """The call a marker command asks for, validated as RunProbe validates, `host` gate included; raises
-    BadArguments whose errors fit in one answer (shim/api/request_rules.py MAX_ERRORS_BYTES)."""
+    BadArguments whose errors fit in one answer (probe_api/request_rules.py MAX_ERRORS_BYTES)."""
     try:
         return bridge_command.parse_command(cmd, ports=ports, timeout_ms=timeout_ms,
                                             gate=lambda spec: host_field_errors(spec, allow_host))

@@ -39,7 +39,7 @@ from shim.sandboxes.resolver import (
     HostNetworkSandbox, RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady,
 )
 from shim.state.results import ResultsManager
-from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable, checked_run_once
+from shim.workers.supervisor import SandboxTarget, WorkerRejected, WorkerUnavailable, run_once_request
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +114,14 @@ class KubeletBridge:
             _derive_for_sandbox(handler, sandbox)
         budget_s = call.spec.timeout_ms / 1000 + ANSWER_GRACE_S
         try:
-            if handler.run is None:  # kept once the worker's rules passed it: a refusal is checked again next time
-                handler.run = checked_run_once(handler.registration, max_tries=1, lifecycle_hook=call.is_hook)
+            if handler.run is None:  # made once, kept with the handler
+                handler.run = run_once_request(handler.registration, max_tries=1, lifecycle_hook=call.is_hook)
             attempt = await self._supervisor.run_checked(handler.target, handler.run, budget_s, keep_warm=True)
         except TimeoutError:
             return answer.timed_out(budget_s)
         except WorkerUnavailable as exc:
             return answer.cannot_probe(str(exc))
-        except WorkerRejected as exc:  # validated above already: a worker of another version
+        except WorkerRejected as exc:  # the worker's own rules: a sandbox it no longer serves
             return answer.bad_arguments(str(exc))
         self._record(handler, sandbox, attempt, traceparent)
         return answer.attempt_answer(attempt, hook=call.is_hook)

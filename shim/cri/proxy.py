@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from probe_api.endpoints import upstream_target
 from shim.bridge.answer import Answer, Forward, StatusAnswer
+from shim.observe.tracing import traceparent_of
 from shim.rpc.client import CallError, Channel
 
 log = logging.getLogger(__name__)
@@ -144,13 +145,6 @@ def sandbox_event(path: str, request: bytes) -> tuple[str, str] | None:
     except DecodeError:
         return None
     return (event, sandbox_id) if sandbox_id else None
-
-
-def traceparent_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-    for key, value in metadata or ():
-        if key == "traceparent" and isinstance(value, str):
-            return value
-    return None
 
 
 # ---------------------------------------------------------------- I/O

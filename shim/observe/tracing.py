@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING
 
 from opentelemetry import trace
@@ -190,6 +190,14 @@ def _otlp_exporter(endpoint: str | None) -> SpanExporter:
 
 
 # ----------------------------------------------------------------- pure helpers
+
+
+def traceparent_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """The W3C trace parent a caller sent with its call (gRPC metadata), if any."""
+    for key, value in metadata or ():
+        if key == "traceparent" and isinstance(value, str):
+            return value
+    return None
 
 
 def parent_context(traceparent: str | None, tracestate: str | None = None) -> Context:

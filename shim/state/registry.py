@@ -23,7 +23,7 @@ from probe_api.attempts import longest_attempt_ms
 from probe_api.field_errors import FieldError
 from probe_api.status import copy_status
 from probe_api.validation import texts
-from shim.api import request_rules as rules
+from probe_api import request_rules as rules
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import RuntimeUnavailable, SandboxInfo, SandboxNotFound, SandboxNotReady
 from shim.state.results import ProbeLabels, ResultsManager

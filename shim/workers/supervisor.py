@@ -33,7 +33,6 @@ from collections.abc import Callable
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from cri_proto import probe_worker_pb2 as worker_pb
-from probe_api.worker_protocol import validate_registration, validate_run_once
 from shim.workers.backoff import Backoff
 from shim.workers.connection import WorkerUnavailable
 from shim.workers.grouping import GroupView, choose_group, new_group_name
@@ -44,7 +43,7 @@ from shim.workers.zygote_handle import Zygote
 from shim.workers.zygote_pool import Adoption, ZygoteFactory, ZygotePool
 
 __all__ = ["SandboxTarget", "WorkerRejected", "WorkerSettings", "WorkerSupervisor", "WorkerUnavailable",
-           "checked_run_once"]
+           "run_once_request"]
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +53,10 @@ ADOPT_TIMEOUT_S = 10.0
 _NO_WORKER = service_pb.WorkerStatus()  # read-only
 
 
-def checked_run_once(reg: worker_pb.ProbeRegistration, *, max_tries: int = 0,
+def run_once_request(reg: worker_pb.ProbeRegistration, *, max_tries: int = 0,
                      lifecycle_hook: bool = False) -> worker_pb.RunOnce:
-    """The worker's RunOnce for one attempt, checked with the worker's own rules (refused here, without a round
-    trip, with WorkerRejected)."""
-    run = worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
-    errors = validate_run_once(run)
-    if errors:
-        raise WorkerRejected(errors)
-    return run
+    """The worker's RunOnce for one attempt of a spec validated at the API edge (probe_api/worker_protocol.py)."""
+    return worker_pb.RunOnce(probe=reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
 
 
 class WorkerSupervisor:
@@ -122,10 +116,8 @@ class WorkerSupervisor:
         return self.status(target.sandbox_id)
 
     async def add_probe(self, sandbox_id: str, reg: worker_pb.ProbeRegistration) -> None:
-        """Adds or replaces a probe. Kept across restarts; refused with WorkerRejected."""
-        errors = validate_registration(reg)  # the worker's own rules: refused even with no worker up
-        if errors:
-            raise WorkerRejected(errors)
+        """Adds or replaces a probe whose spec was validated at the API edge. Kept across restarts; WorkerRejected
+        if the worker refuses it (its own rules: the sandbox, the probe's id)."""
         member = self._members.get(sandbox_id)
         if member is None:
             raise WorkerUnavailable(f"no worker for sandbox {sandbox_id}: ensure() it first")
@@ -179,13 +171,13 @@ class WorkerSupervisor:
         keep_warm keeps the sandbox in its worker after the attempt, even with no probe registered, until the
         sandbox stops: the kubelet bridge calls again every period, and attaching per call would cost more than
         the attempt. max_tries and lifecycle_hook go to the worker's RunOnce as they are."""
-        run = checked_run_once(reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
+        run = run_once_request(reg, max_tries=max_tries, lifecycle_hook=lifecycle_hook)
         return await self.run_checked(target, run, timeout_s, keep_warm=keep_warm)
 
     async def run_checked(self, target: SandboxTarget, run: worker_pb.RunOnce, timeout_s: float, *,
                           keep_warm: bool = False) -> spec_pb.Attempt:
-        """run_once for a RunOnce that `checked_run_once` made: a caller that sends the same request every period
-        (the kubelet bridge) checks it once and keeps it. `run` is sent as it is (its sandbox_id set here)."""
+        """run_once for a RunOnce that `run_once_request` made: a caller that sends the same request every period
+        (the kubelet bridge) makes it once and keeps it. `run` is sent as it is (its sandbox_id set here)."""
         run.probe.sandbox_id = target.sandbox_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

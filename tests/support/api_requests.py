@@ -2,7 +2,7 @@
 test_api_fuzz.py, test_probe_limits.py), and the shape every INVALID_ARGUMENT answer must have.
 
 Owns: building RunProbe requests and HTTP specs, calling an RPC with its status as a value, and the check that the
-daemon said exactly what the pure validators (shim.api.request_rules) say, each error beginning with a field path.
+daemon said exactly what the pure validators (probe_api.request_rules) say, each error beginning with a field path.
 """
 
 from __future__ import annotations

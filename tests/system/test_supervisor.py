@@ -35,14 +35,13 @@ def test_backoff_doubles_up_to_the_max_and_resets_after_a_long_life():
     assert backoff.next_delay(lived_s=1) == 0.4
 
 
-def test_invalid_probe_is_rejected_before_any_worker():
+def test_a_probe_of_a_sandbox_nobody_ensured_is_refused_before_any_worker():
     async def main():
         supervisor = WorkerSupervisor(Zygote.start, lambda *_: None, lambda *_: None)
         reg = worker_pb.ProbeRegistration(probe_id="p", type=spec_pb.READINESS, spec=spec_pb.ProbeSpec(
-            tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=0))))
-        with pytest.raises(WorkerRejected) as err:
+            tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=80))))
+        with pytest.raises(WorkerUnavailable, match="ensure"):
             await supervisor.add_probe("nowhere", reg)
-        assert err.value.errors[0].startswith("spec.tcp_socket.port: Invalid value: 0")
         assert supervisor.zygote is None  # nothing was started for it
         await supervisor.close()
 
@@ -81,12 +80,9 @@ def test_rejected_probe_is_not_kept(pod_netns):
     async def main():
         async with supervised() as (rec, supervisor):
             await supervisor.ensure(target(pod_netns))
-            bad = tcp_reg("p1", 80)
-            bad.spec.period_ms = -1
-            with pytest.raises(WorkerRejected, match="period"):
+            bad = tcp_reg("", 80)  # the worker's own rule (the spec is the API edge's): a kept probe needs an id
+            with pytest.raises(WorkerRejected, match="probe_id: Required value"):
                 await supervisor.add_probe("sb1", bad)
-            with pytest.raises(WorkerRejected):
-                await supervisor.run_once(target(pod_netns), bad, timeout_s=5)
 
     asyncio.run(main())
 

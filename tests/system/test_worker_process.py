@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import tempfile
 
 import pytest
@@ -120,12 +119,12 @@ def test_heartbeats_are_sent_unasked(pod_netns, make_worker):
 
 # --- requests ---------------------------------------------------------------------
 
-def test_invalid_spec_is_rejected_with_the_field_path(worker):
-    spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=0)))
+def test_what_the_worker_cannot_route_is_rejected_with_the_field_path(worker):
+    # Its own rules, the only ones it applies: the spec was validated at the daemon's API edge (worker_protocol.py).
     with pytest.raises(Rejected) as err:
-        worker.run_once(spec)
-    assert any(e.startswith("spec.tcp_socket.port: Invalid value: 0") for e in err.value.errors)
-    with pytest.raises(Rejected, match="probe_id: Required value"):
+        worker.run_once(tcp_spec(80), sandbox_id="elsewhere")
+    assert err.value.errors == ["probe.sandbox_id: Not found: 'elsewhere': not a sandbox this worker serves"]
+    with pytest.raises(Rejected, match="probe.probe_id: Required value"):
         worker.add(registration("", tcp_spec(80)))
 
 

@@ -1,7 +1,7 @@
 """The kubelet bridge's marker command refused (probe_api/bridge_command.py, read by the daemon through
 shim/bridge/command.py): expected error texts are the Kubernetes API validation's words as probe_api/validation.py
 prints them (field.Error: `<path>: <type>: <value>: <detail>`), with Kubernetes' field names, plus the `host` gate of
-shim/api/request_rules.py; shapes neither form reads are refused with the usage. Pure: no sockets, no daemon."""
+probe_api/request_rules.py; shapes neither form reads are refused with the usage. Pure: no sockets, no daemon."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from probe_api.bridge_command import BadArguments
-from shim.api.request_rules import HOST_GATE
+from probe_api.request_rules import HOST_GATE
 from shim.bridge.command import parse_command
 from tests.support.bridge_commands import M, parse, refusal
 
@@ -215,5 +215,5 @@ def test_errors_are_bounded_like_runprobes():
     headers = [arg for i in range(60) for arg in ("--header", f"bad name {i}: v")]  # 60 errors of ~200 bytes
     (*shown, rest) = refusal("readiness", "--http-get", ":80", *headers)
     assert 1 <= len(shown) < 60
-    assert len("; ".join(shown).encode()) <= 4096  # shim.api.request_rules.MAX_ERRORS_BYTES
+    assert len("; ".join(shown).encode()) <= 4096  # probe_api.request_rules.MAX_ERRORS_BYTES
     assert rest.startswith("and ") and rest.endswith(" more errors")

@@ -67,3 +67,37 @@ def test_a_process_imports_nothing_of_the_others(package):
 def test_every_package_of_the_project_is_judged():
     tops = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}
     assert tops - {"tests", "bench", "examples"} == PROCESSES | {"probe_api", "cri_proto"}
+
+
+# The daemon's floors, lowest first: a package imports only from floors below its own (or from itself), so that
+# no import runs back up (the API's rules are the contract's, probe_api/request_rules.py, not a floor above).
+DAEMON_FLOORS = (
+    {"shim.rpc", "shim.http1_server", "shim.event_loop", "shim.sdnotify", "shim.grpc_tuning"},
+    {"shim.workers"},
+    {"shim.config", "shim.sandboxes"},
+    {"shim.state"},
+    {"shim.observe"},
+    {"shim.api", "shim.bridge", "shim.webhook"},
+    {"shim.cri"},
+    {"shim.daemon", "shim.cli"},
+)
+
+
+def floor_of(name: str) -> int:
+    unit = ".".join(name.split(".")[:2])
+    return next(i for i, floor in enumerate(DAEMON_FLOORS) if unit in floor)
+
+
+def test_every_unit_of_the_daemon_has_a_floor():
+    units = {".".join(p.relative_to(REPO_ROOT).with_suffix("").parts[:2]) for p in (REPO_ROOT / "shim").rglob("*.py")}
+    assert units - {"shim.__init__"} == set().union(*DAEMON_FLOORS)
+
+
+def test_no_import_of_the_daemon_runs_back_up_its_floors():
+    def upward(path: Path) -> list[str]:
+        unit = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts[:2])
+        return [name for name in imported_modules(path) if top(name) == "shim" and name != "shim"
+                and ".".join(name.split(".")[:2]) != unit and floor_of(name) >= floor_of(unit)]
+
+    found = {str(p.relative_to(REPO_ROOT)): bad for p in sorted((REPO_ROOT / "shim").rglob("*.py")) if (bad := upward(p))}
+    assert found == {}

@@ -4,8 +4,21 @@ import pytest
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
+from probe_api import request_rules as rules
 from probe_api import validation as v
-from shim.api import request_rules as rules
+
+
+def answer_of_run_probe(req: service_pb.RunProbeRequest, allow_host: bool) -> list[str]:
+    """The errors a RunProbe answer shows (bounded texts), as the registry answers them."""
+    return rules.bounded(v.texts(rules.run_probe_errors(req, allow_host)))
+
+
+def answer_of_exec_probe(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[str]:
+    return rules.bounded(v.texts(rules.exec_probe_errors(req, allow_host)))
+
+
+def answer_of_stop_probe(req: service_pb.StopProbeRequest) -> list[str]:
+    return v.texts(rules.stop_probe_errors(req))
 
 
 def http_spec(**kw):
@@ -19,18 +32,18 @@ def run_request(**kw):
 
 
 def test_a_valid_request_has_no_errors():
-    assert rules.validate_run_probe(run_request(), allow_host=False) == []
+    assert answer_of_run_probe(run_request(), allow_host=False) == []
 
 
 def test_missing_identity_fields_are_named():
-    errors = rules.validate_run_probe(run_request(pod_sandbox_id="", container_name=""), allow_host=False)
+    errors = answer_of_run_probe(run_request(pod_sandbox_id="", container_name=""), allow_host=False)
     assert errors[0] == "pod_sandbox_id: Required value"
     assert errors[1].startswith("container_name: Required value")
 
 
 def test_spec_errors_carry_the_spec_path():
     spec = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=70000)))
-    errors = rules.validate_run_probe(run_request(spec=spec), allow_host=False)
+    errors = answer_of_run_probe(run_request(spec=spec), allow_host=False)
     assert errors == ["spec.tcp_socket.port: Invalid value: 70000: must be between 1 and 65535, inclusive"]
 
 
@@ -39,9 +52,9 @@ def test_spec_errors_carry_the_spec_path():
     (spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=1), host="db")), "spec.tcp_socket.host"),
 ])
 def test_host_field_is_gated_with_an_explanation(spec, path):
-    (error,) = rules.validate_run_probe(run_request(spec=spec), allow_host=False)
+    (error,) = answer_of_run_probe(run_request(spec=spec), allow_host=False)
     assert error.startswith(f"{path}: Forbidden:") and "SSRF" in error and "allow_host_field" in error
-    assert rules.validate_run_probe(run_request(spec=spec), allow_host=True) == []
+    assert answer_of_run_probe(run_request(spec=spec), allow_host=True) == []
     assert rules.uses_host_field(spec)
 
 
@@ -50,15 +63,15 @@ def test_host_field_is_gated_with_an_explanation(spec, path):
 def test_the_pods_own_loopback_passes_the_gate(host, action):
     handler = {"http_get": spec_pb.HTTPGetAction, "tcp_socket": spec_pb.TCPSocketAction}[action]
     spec = spec_pb.ProbeSpec(**{action: handler(port=spec_pb.PortRef(number=8080), host=host)})
-    assert rules.validate_run_probe(run_request(spec=spec), allow_host=False) == []
+    assert answer_of_run_probe(run_request(spec=spec), allow_host=False) == []
     exec_req = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=spec)
-    assert rules.validate_exec_probe(exec_req, allow_host=False) == []
+    assert answer_of_exec_probe(exec_req, allow_host=False) == []
     assert not rules.uses_host_field(spec)  # nothing outside the pod: no warning either
 
 
 @pytest.mark.parametrize("host", ["127.0.0.2", "[::1]", "LOCALHOST", "0.0.0.0"])
 def test_other_loopback_like_hosts_keep_the_gate(host):
-    (error,) = rules.validate_run_probe(run_request(spec=http_spec(host=host)), allow_host=False)
+    (error,) = answer_of_run_probe(run_request(spec=http_spec(host=host)), allow_host=False)
     assert error == f"spec.http_get.host: {rules.HOST_GATE}"
 
 
@@ -68,18 +81,18 @@ def test_the_gate_names_the_pods_loopback_as_the_way_out():
 
 def test_exec_defaults_to_readiness_rules():
     req = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=http_spec())
-    assert rules.validate_exec_probe(req, allow_host=False) == []
+    assert answer_of_exec_probe(req, allow_host=False) == []
     liveness = service_pb.ExecProbeRequest(pod_sandbox_id="sb", type=spec_pb.LIVENESS,
                                            spec=spec_pb.ProbeSpec(http_get=http_spec().http_get, success_threshold=2))
-    assert rules.validate_exec_probe(liveness, allow_host=False) == ["spec.success_threshold: Invalid value: 2: must be 1"]
+    assert answer_of_exec_probe(liveness, allow_host=False) == ["spec.success_threshold: Invalid value: 2: must be 1"]
 
 
 def test_a_lifecycle_hook_takes_an_http_get_handler_only():
     hook = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=http_spec(), lifecycle_hook=True)
-    assert rules.validate_exec_probe(hook, allow_host=False) == []
+    assert answer_of_exec_probe(hook, allow_host=False) == []
     tcp = spec_pb.ProbeSpec(tcp_socket=spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=8080)))
     not_http = service_pb.ExecProbeRequest(pod_sandbox_id="sb", spec=tcp, lifecycle_hook=True)
-    assert rules.validate_exec_probe(not_http, allow_host=False) == [
+    assert answer_of_exec_probe(not_http, allow_host=False) == [
         "spec: Forbidden: lifecycle_hook takes an http_get handler"]
 
 
@@ -89,14 +102,14 @@ def test_a_lifecycle_hook_takes_an_http_get_handler_only():
     (service_pb.StopProbeRequest(probe_id="p", pod_sandbox_id="sb"), "probe_id: Forbidden"),
 ])
 def test_stop_needs_exactly_one_selector(req, error):
-    (got,) = rules.validate_stop_probe(req)
+    (got,) = answer_of_stop_probe(req)
     assert got.startswith(error)
 
 
 def test_stop_selectors_that_are_fine():
     for req in (service_pb.StopProbeRequest(probe_id="p"), service_pb.StopProbeRequest(pod_sandbox_id="sb"),
                 service_pb.StopProbeRequest(pod_sandbox_id="sb", container_id="c")):
-        assert rules.validate_stop_probe(req) == []
+        assert answer_of_stop_probe(req) == []
 
 
 def test_probe_ids_are_stable_and_distinct():
@@ -129,13 +142,13 @@ def test_probe_ids_are_stable_and_distinct():
       "container_ports[0].protocol: Too long: may not be more than 8 bytes"]),
 ])
 def test_request_fields_are_bounded(fields, expected):
-    assert rules.validate_run_probe(run_request(**fields), allow_host=False) == expected
+    assert answer_of_run_probe(run_request(**fields), allow_host=False) == expected
 
 
 def test_exec_checks_sandbox_and_ports_too():
     req = service_pb.ExecProbeRequest(pod_sandbox_id="s" * 300, spec=http_spec(),
                                       container_ports=[spec_pb.ContainerPort(name="p" * 16)])
-    assert rules.validate_exec_probe(req, allow_host=False) == [
+    assert answer_of_exec_probe(req, allow_host=False) == [
         "pod_sandbox_id: Too long: may not be more than 256 bytes",
         "container_ports[0].name: Too long: may not be more than 15 bytes"]
 
@@ -153,7 +166,7 @@ def test_the_largest_valid_request_stays_small():
                 for i in range(rules.MAX_LABELS)},
         container_ports=[spec_pb.ContainerPort(name="p" * 15, container_port=65535, protocol="SCTP")]
         * rules.MAX_CONTAINER_PORTS)
-    assert rules.validate_run_probe(req, allow_host=True) == []
+    assert answer_of_run_probe(req, allow_host=True) == []
     assert req.ByteSize() < 64 << 10
 
 

@@ -64,19 +64,6 @@ def _gated(host: str) -> bool:
     return bool(host) and not is_pod_loopback(host)
 
 
-def validate_run_probe(req: service_pb.RunProbeRequest, allow_host: bool) -> list[str]:
-    """The errors of a RunProbe request as its answer shows them (bounded); run_probe_errors has them as data."""
-    return bounded(texts(run_probe_errors(req, allow_host)))
-
-
-def validate_exec_probe(req: service_pb.ExecProbeRequest, allow_host: bool) -> list[str]:
-    return bounded(texts(exec_probe_errors(req, allow_host)))
-
-
-def validate_stop_probe(req: service_pb.StopProbeRequest) -> list[str]:
-    return texts(stop_probe_errors(req))
-
-
 def run_probe_errors(req: service_pb.RunProbeRequest, allow_host: bool) -> list[FieldError]:
     errors = []
     if not req.pod_sandbox_id:
