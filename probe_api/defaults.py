@@ -7,8 +7,9 @@ It imports nothing, so that probectl's parser can offer them before it loads pro
 
 from __future__ import annotations
 
-# This release of the shim (pyproject.toml's version). A daemon that adopts the workers of an earlier daemon (a
-# restart, or an upgrade) forks new ones from that daemon's zygote only if it runs this same version.
+# This release of the shim, written only here: pyproject.toml reads it from here (tool.setuptools.dynamic), probectl
+# and ShimVersion show it. A daemon that adopts the workers of an earlier daemon (a restart, or an upgrade) forks new
+# ones from that daemon's zygote only if it runs this same version.
 SHIM_VERSION = "0.1.0"
 
 # The shim's socket. The kubelet, crictl and probectl all talk to it.
