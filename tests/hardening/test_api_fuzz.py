@@ -1,16 +1,22 @@
-"""Property tests of the probe API against a real daemon: anything goes in, OK or INVALID_ARGUMENT comes out, and the
-daemon neither crashes nor leaks.
+"""Property tests of the probe API against a real daemon: anything goes in, OK or INVALID_ARGUMENT comes out, the
+refusals say exactly what the Kubernetes rules (and the daemon's documented additions) say, and the daemon neither
+crashes nor leaks.
 
 The daemon is a real `probe-shim serve --runtime-endpoint none` (the `api_daemon` fixture, tests/hardening/
 conftest.py); sandboxes are real network namespaces with a listener inside, so requests that pass validation really
-register probes and run attempts. The expected answer for each request is computed by the pure validators
-(shim.api.request_rules), so the daemon must say exactly what validation says, and never anything else.
+register probes and run attempts. Each request is a valid one (answered OK), the same with one field changed (each
+change carries its answer as literal text: the field error Kubernetes' validation prints, pkg/apis/core/validation
+validateProbe and k8s.io/apimachinery's field.Error, or the addition probe_api/validation.py and shim/api/
+request_rules.py document), or an arbitrary message of the request's type (only OK or INVALID_ARGUMENT, each error
+beginning with a field path: nothing computes its answer, so nothing here can agree with a wrong validator).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import string
+from collections.abc import Callable
 
 import grpc
 import psutil
@@ -18,28 +24,27 @@ import pytest
 from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
-from shim.api import request_rules as rules
-from tests.support.api_requests import ANCHOR, RPC_TIMEOUT_S, assert_answer_is, call
+from tests.support.api_requests import ANCHOR, FIELD_PATH_RE, RPC_TIMEOUT_S, assert_answer_is, call
 from tests.support.daemon_env import run, status, tcp_spec
 
 pytestmark = pytest.mark.netns
 
-SETTINGS = dict(derandomize=True, deadline=None, database=None, print_blob=True,
-                suppress_health_check=list(HealthCheck))
+SETTINGS = dict(derandomize=True, deadline=None, database=None, print_blob=True)
 
 
-# --- property tests: anything goes in, OK or INVALID_ARGUMENT comes out ----------------------------------
+# --- arbitrary requests ---------------------------------------------------------------------------------------
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 # Characters that matter to validation and to the wire: separators, controls, non-ASCII.
 TRICKY = st.text(alphabet=st.sampled_from(list("aZ09-_./:?#% \t\r\n\0\x7f\u00e9\u65e5\U0001f600")), max_size=24)
-LONG = st.builds(lambda c, n: c * n, st.sampled_from(["a", "\n", "\u00e9"]), st.integers(0, 5000))
+# Over every limit (253 to 4096 bytes) without drawing thousands of characters one by one: a character repeated.
+LONG = st.builds(lambda c, n: c * n, st.sampled_from(["a", "\n", "\u00e9"]), st.sampled_from([254, 1025, 2049, 5000]))
 TEXT = st.one_of(st.text(max_size=24), TRICKY, LONG)
 _INT_BOUNDS = {
     FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
@@ -66,19 +71,22 @@ def arbitrary(descriptor, depth: int = 0) -> st.SearchStrategy:
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
             key, value = (field.message_type.fields_by_name[n] for n in ("key", "value"))
-            fields[field.name] = st.dictionaries(_scalars(key), _scalars(value), max_size=4)
+            fields[field.name] = st.dictionaries(_scalars(key), _scalars(value), max_size=3)
             continue
         if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if depth >= 3:
+            if depth >= 2:
                 continue
             one = arbitrary(field.message_type, depth + 1)
         else:
             one = _scalars(field)
-        fields[field.name] = st.lists(one, max_size=3) if field.is_repeated else one
+        fields[field.name] = st.lists(one, max_size=2) if field.is_repeated else one
     return st.fixed_dictionaries({}, optional=fields).map(lambda kw: cls(**kw))
 
 
+# --- valid requests -------------------------------------------------------------------------------------------
+
 def valid_specs(probe_type: int, port: int) -> st.SearchStrategy[spec_pb.ProbeSpec]:
+    """Specs Kubernetes accepts for probe_type (and the daemon with them): every choice below is inside the rules."""
     ports = st.sampled_from([spec_pb.PortRef(number=port), spec_pb.PortRef(number=1), spec_pb.PortRef(name="web")])
     header = st.builds(spec_pb.HTTPHeader, name=st.from_regex(r"[A-Za-z][-A-Za-z0-9]{0,15}", fullmatch=True),
                        value=st.text(alphabet=string.printable.replace("\r", "").replace("\n", ""), max_size=20))
@@ -91,7 +99,7 @@ def valid_specs(probe_type: int, port: int) -> st.SearchStrategy[spec_pb.ProbeSp
         st.builds(lambda p, service: spec_pb.ProbeSpec(grpc=spec_pb.GRPCAction(port=p, service=service)),
                   st.sampled_from([port, 1, 65535]), st.sampled_from(["", "svc"])),
     )
-    one_success = probe_type in (spec_pb.LIVENESS, spec_pb.STARTUP)
+    one_success = probe_type in (spec_pb.LIVENESS, spec_pb.STARTUP)  # validateLivenessProbe: successThreshold 1
 
     def timed(spec, period, timeout, delay, success, failure, target, family):
         spec.period_ms, spec.timeout_ms, spec.initial_delay_ms = period, timeout, delay
@@ -104,14 +112,45 @@ def valid_specs(probe_type: int, port: int) -> st.SearchStrategy[spec_pb.ProbeSp
                      st.sampled_from(list(spec_pb.Target.values())), st.sampled_from(list(spec_pb.IPFamily.values())))
 
 
-def _set(path: str, values: st.SearchStrategy):
-    """A mutation: one field (a dotted path from the request) set to a drawn value."""
-    def mutate(request, draw):
+# --- one field changed, with its answer written out --------------------------------------------------------------
+# A change edits a request in place and returns the errors its answer must list, in order ([] for OK). The texts are
+# literal: the Kubernetes messages (field.Error.Error(): "<path>: <type>: <value>: <detail>", values the Go way) and
+# the additions' own.
+
+Change = Callable[[object], list[str]]
+
+MAX_DURATION_MS = 2_147_483_647_000  # int32 seconds, the most a Kubernetes probe holds, in ms
+NEGATIVE = "must be greater than or equal to 0"                                     # IsNegativeErrorMsg
+TOO_BIG = "must be no more than 2147483647000 (2147483647 s, the most a Kubernetes probe can hold)"
+PORT_RANGE = "must be between 1 and 65535, inclusive"                                # InclusiveRangeError(1, 65535)
+HOST_GATE = ("Forbidden: the host field makes the runtime connect to any address the node can reach (blind SSRF "
+             "around NetworkPolicy, kubernetes#99425). Probes run inside the pod: leave host empty for the pod IP, "
+             "use 127.0.0.1, ::1 or localhost for the pod's own loopback, or set allow_host_field = true in the "
+             "daemon's config to accept it")
+HEADER_NAME = ("a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used "
+               "for validation is '[-A-Za-z0-9]+')")
+PORT_NAME_CHARSET = "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
+PORT_NAME_LETTER = "must contain at least one letter (a-z)"
+EXEC = 'Unsupported value: "exec": exec probes are run by the container runtime, not by cri-probe-shim'
+UNSUPPORTED_TYPE = 'Unsupported value: {}: supported values: "LIVENESS", "READINESS", "STARTUP"'
+I32_NEGATIVE, I64_NEGATIVE = st.integers(-(2**31), -1), st.integers(-(2**63), -1)
+I64_TOO_BIG = st.integers(MAX_DURATION_MS + 1, 2**63 - 1)
+
+
+def probe_type_of(request) -> int:
+    """The type the spec is checked as: an ExecProbe without one is checked as a readiness probe."""
+    if isinstance(request, service_pb.ExecProbeRequest):
+        return request.type or spec_pb.READINESS
+    return request.type
+
+
+def setting(path: str, value, errors: list[str]) -> Change:
+    """Sets one field (a dotted path from the request) to value; the answer lists errors."""
+    def change(request) -> list[str]:
         *parents, name = path.split(".")
         message = request
         for parent in parents:
             message = getattr(message, parent)
-        value = draw(values)
         field = message.DESCRIPTOR.fields_by_name[name]
         if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
             getattr(message, name).clear()
@@ -123,52 +162,199 @@ def _set(path: str, values: st.SearchStrategy):
             getattr(message, name).CopyFrom(value)
         else:
             setattr(message, name, value)
-    mutate.__name__ = path
-    return mutate
+        return errors
+    return change
 
 
-def _bad_headers():
-    one = st.builds(spec_pb.HTTPHeader, name=st.one_of(TRICKY, st.just("X-A"), LONG), value=st.one_of(TRICKY, LONG))
-    many = st.integers(60, 70).map(lambda n: [spec_pb.HTTPHeader(name="X", value="v")] * n)
-    return st.one_of(st.lists(one, max_size=4), many)
+def handler(**action) -> Change:
+    """The spec's handler replaced by the one given (the others cleared)."""
+    def change(request) -> list[str]:
+        for name in ("exec", "http_get", "tcp_socket", "grpc"):
+            request.spec.ClearField(name)
+        for name, value in action.items():
+            getattr(request.spec, name).CopyFrom(value)
+        return []
+    return change
 
 
-SPEC_MUTATIONS = [
-    _set("spec.http_get", arbitrary(spec_pb.HTTPGetAction.DESCRIPTOR)),
-    _set("spec.http_get.path", TEXT), _set("spec.http_get.host", TEXT), _set("spec.http_get.scheme", INT32),
-    _set("spec.http_get.http_headers", _bad_headers()), _set("spec.http_get.port.number", INT32),
-    _set("spec.http_get.port.name", TEXT),
-    _set("spec.tcp_socket.port.number", INT32), _set("spec.tcp_socket.host", TEXT),
-    _set("spec.grpc.port", INT32), _set("spec.grpc.service", TEXT),
-    _set("spec.exec.command", st.lists(TEXT, max_size=3)),
-    _set("spec.initial_delay_ms", INT64), _set("spec.period_ms", INT64), _set("spec.timeout_ms", INT64),
-    _set("spec.success_threshold", INT32), _set("spec.failure_threshold", INT32),
-    _set("spec.termination_grace_period_ms", INT64),
-    _set("spec.target", INT32), _set("spec.ip_family", INT32), _set("type", INT32),
-    _set("container_ports", st.lists(arbitrary(spec_pb.ContainerPort.DESCRIPTOR), max_size=3)),
-    _set("spec", arbitrary(spec_pb.ProbeSpec.DESCRIPTOR)),
+def then(first: Change, errors: list[str]) -> Change:
+    def change(request) -> list[str]:
+        return first(request) + errors
+    return change
+
+
+def _duration(name: str) -> st.SearchStrategy[Change]:
+    path = f"spec.{name}"
+    valid = st.integers(10 if name == "period_ms" else 0, MAX_DURATION_MS)
+    changes = [
+        valid.map(lambda v: setting(path, v, [])),
+        I64_NEGATIVE.map(lambda v: setting(path, v, [f"{path}: Invalid value: {v}: {NEGATIVE}"])),
+        I64_TOO_BIG.map(lambda v: setting(path, v, [f"{path}: Invalid value: {v}: {TOO_BIG}"])),
+    ]
+    if name == "period_ms":  # addition: milliseconds, where Kubernetes has whole seconds
+        changes.append(st.integers(1, 9).map(
+            lambda v: setting(path, v, [f"{path}: Invalid value: {v}: must be at least 10ms"])))
+    return st.one_of(changes)
+
+
+def _success_threshold(value: int) -> Change:
+    path = "spec.success_threshold"
+
+    def change(request) -> list[str]:
+        request.spec.success_threshold = value
+        errors = [f"{path}: Invalid value: {value}: {NEGATIVE}"] if value < 0 else []
+        if probe_type_of(request) in (spec_pb.LIVENESS, spec_pb.STARTUP) and value not in (0, 1):
+            errors.append(f"{path}: Invalid value: {value}: must be 1")  # validateLivenessProbe, after defaulting
+        return errors
+    return change
+
+
+def _grace_period(value: int) -> Change:
+    path = "spec.termination_grace_period_ms"
+
+    def change(request) -> list[str]:
+        request.spec.termination_grace_period_ms = value
+        errors = []
+        if value <= 0:
+            errors.append(f"{path}: Invalid value: {value}: must be greater than 0")
+        elif value > MAX_DURATION_MS:
+            errors.append(f"{path}: Invalid value: {value}: {TOO_BIG}")
+        if probe_type_of(request) == spec_pb.READINESS:
+            errors.append(f"{path}: Invalid value: {value}: must not be set for readinessProbes")
+        return errors
+    return change
+
+
+def _unknown(values) -> st.SearchStrategy[int]:
+    """An int32 that is no value of the enum: below it, or above it."""
+    return st.one_of(st.integers(-(2**31), min(values) - 1), st.integers(max(values) + 1, 2**31 - 1))
+
+
+def _port(path: str, action: Callable[[int], dict]) -> st.SearchStrategy[Change]:
+    return st.one_of(
+        st.integers(1, 65535).map(lambda v: handler(**action(v))),
+        _unknown([1, 65535]).map(lambda v: then(handler(**action(v)), [f"{path}: Invalid value: {v}: {PORT_RANGE}"])),
+    )
+
+
+def _http(**fields) -> dict:
+    fields.setdefault("port", spec_pb.PortRef(number=8080))
+    return {"http_get": spec_pb.HTTPGetAction(**fields)}
+
+
+def _headers(*pairs) -> list[spec_pb.HTTPHeader]:
+    return [spec_pb.HTTPHeader(name=n, value=v) for n, v in pairs]
+
+
+HTTP_PORT = "spec.http_get.port"
+HEADERS = "spec.http_get.http_headers"
+# (the changed handler, the answer's errors): IsValidPortName, the URL path and host additions, header rules.
+HANDLER_CASES = [
+    (_http(port=spec_pb.PortRef(name="web")), []),
+    (_http(port=spec_pb.PortRef(name="Web")), [f'{HTTP_PORT}: Invalid value: "Web": {PORT_NAME_CHARSET}']),
+    (_http(port=spec_pb.PortRef(name="123")), [f'{HTTP_PORT}: Invalid value: "123": {PORT_NAME_LETTER}']),
+    (_http(port=spec_pb.PortRef(name="a--b")),
+     [f'{HTTP_PORT}: Invalid value: "a--b": must not contain consecutive hyphens']),
+    (_http(port=spec_pb.PortRef(name="-web")),
+     [f'{HTTP_PORT}: Invalid value: "-web": must not begin or end with a hyphen']),
+    (_http(port=spec_pb.PortRef(name="a" * 16)),
+     [f'{HTTP_PORT}: Invalid value: "{"a" * 16}": must be no more than 15 characters']),
+    (_http(port=spec_pb.PortRef(name="")),
+     [f'{HTTP_PORT}: Invalid value: "": {PORT_NAME_CHARSET}', f'{HTTP_PORT}: Invalid value: "": {PORT_NAME_LETTER}']),
+    (_http(port=spec_pb.PortRef()), [f"{HTTP_PORT}: Required value"]),
+    (_http(scheme=7), ['spec.http_get.scheme: Unsupported value: 7: supported values: "HTTP", "HTTPS"']),
+    (_http(path="healthz"),
+     ['spec.http_get.path: Invalid value: "healthz": must be an absolute path: start with \'/\'']),
+    (_http(path="/a\0"), ['spec.http_get.path: Invalid value: "/a\\x00": must not contain control characters']),
+    (_http(path="/" * 2049), ["spec.http_get.path: Too long: may not be more than 2048 bytes"]),
+    (_http(host="localhost"), []),
+    (_http(host="::1"), []),
+    (_http(host="example.com"), [f"spec.http_get.host: {HOST_GATE}"]),
+    ({"tcp_socket": spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=80), host="169.254.169.254")},
+     [f"spec.tcp_socket.host: {HOST_GATE}"]),
+    ({"tcp_socket": spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=80), host="127.0.0.1")}, []),
+    (_http(http_headers=_headers(("X A", "v"))), [f'{HEADERS}: Invalid value: "X A": {HEADER_NAME}']),
+    (_http(http_headers=_headers(("X-A", "v"), ("X-B", "a\r\nb"))),
+     [f"{HEADERS}[1].value: Invalid value: must not contain CR, LF or NUL characters"]),
+    (_http(http_headers=_headers(("X", "v")) * 65), [f"{HEADERS}: Too many: 65: must have at most 64 items"]),
+    (_http(http_headers=_headers(("X", "v" * 4097))),
+     [f"{HEADERS}[0].value: Too long: may not be more than 4096 bytes"]),
+    ({"grpc": spec_pb.GRPCAction(port=80, service="s" * 1025)},
+     ["spec.grpc.service: Too long: may not be more than 1024 bytes"]),
+    ({"grpc": spec_pb.GRPCAction(port=80, mode=5)},
+     ['spec.grpc.mode: Unsupported value: 5: supported values: "PLAINTEXT", "TLS"']),
+    ({"exec": spec_pb.ExecAction(command=["true"])}, [f"spec.exec: {EXEC}"]),
+    ({}, ["spec: Required value: must specify a handler type"]),
+    ({**_http(), "tcp_socket": spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=80))},
+     ["spec.tcp_socket: Forbidden: may not specify more than 1 handler type"]),
+]
+
+SPEC_CHANGES = [
+    *(_duration(name) for name in ("initial_delay_ms", "timeout_ms", "period_ms")),
+    st.one_of(I32_NEGATIVE, st.integers(0, 2**31 - 1)).map(_success_threshold),
+    I32_NEGATIVE.map(lambda v: setting("spec.failure_threshold", v,
+                                       [f"spec.failure_threshold: Invalid value: {v}: {NEGATIVE}"])),
+    st.integers(0, 2**31 - 1).map(lambda v: setting("spec.failure_threshold", v, [])),
+    st.one_of(st.integers(-(2**63), 0), st.integers(1, MAX_DURATION_MS), I64_TOO_BIG).map(_grace_period),
+    _unknown(list(spec_pb.Target.values())).map(lambda v: setting("spec.target", v, [
+        f'spec.target: Unsupported value: {v}: supported values: "POD_IP", "LOOPBACK"'])),
+    _unknown(list(spec_pb.IPFamily.values())).map(lambda v: setting("spec.ip_family", v, [
+        f'spec.ip_family: Unsupported value: {v}: supported values: "PRIMARY", "IPV4", "IPV6", "ANY"'])),
+    _port("spec.tcp_socket.port", lambda v: {"tcp_socket": spec_pb.TCPSocketAction(port=spec_pb.PortRef(number=v))}),
+    _port("spec.grpc.port", lambda v: {"grpc": spec_pb.GRPCAction(port=v)}),
+    st.sampled_from(HANDLER_CASES).map(lambda case: then(handler(**case[0]), case[1])),
+]
+SANDBOX_CHANGES = [
+    st.just(setting("pod_sandbox_id", "", ["pod_sandbox_id: Required value"])),
+    st.just(setting("pod_sandbox_id", "s" * 257, ["pod_sandbox_id: Too long: may not be more than 256 bytes"])),
+]
+RUN_CHANGES = SPEC_CHANGES + SANDBOX_CHANGES + [
+    st.just(setting("type", 0, ["type: Required value"])),
+    st.one_of(st.integers(-(2**31), -1), st.integers(4, 2**31 - 1)).map(
+        lambda v: setting("type", v, [f"type: {UNSUPPORTED_TYPE.format(v)}"])),
+    st.just(setting("container_name", "",
+                    ["container_name: Required value: give container_id, container_name or both"])),
+    st.just(setting("container_name", "c" * 64, ["container_name: Too long: may not be more than 63 bytes"])),
+    st.from_regex(r"c-[a-z0-9]{1,8}", fullmatch=True).map(lambda v: setting("container_name", v, [])),
+    TEXT.filter(lambda v: v != ANCHOR and len(v.encode("utf-8", "surrogatepass")) <= 256).map(
+        lambda v: setting("container_id", v, [])),
+    st.just(setting("container_id", "i" * 257, ["container_id: Too long: may not be more than 256 bytes"])),
+    st.just(setting("labels", {f"k{i}": "v" for i in range(65)}, ["labels: Too many: 65: must have at most 64 items"])),
+    st.just(setting("labels", {"team": "v" * 64}, ["labels[team]: Too long: may not be more than 63 bytes"])),
+    st.just(setting("labels", {"k" * 318: "v"},
+                    [f'labels: Invalid value: "{"k" * 256}"...: a key must be no more than 317 bytes'])),
+    st.just(setting("container_ports", [spec_pb.ContainerPort(container_port=80)] * 257,
+                    ["container_ports: Too many: 257: must have at most 256 items"])),
+    st.just(setting("container_ports", [spec_pb.ContainerPort(name="p" * 16, container_port=80)],
+                    ["container_ports[0].name: Too long: may not be more than 15 bytes"])),
+    st.just(setting("container_ports", [spec_pb.ContainerPort(container_port=80, protocol="TCPTCPTCP")],
+                    ["container_ports[0].protocol: Too long: may not be more than 8 bytes"])),
+    INT64.map(lambda v: setting("container_started_at", v, [])),
+]
+EXEC_CHANGES = SPEC_CHANGES + SANDBOX_CHANGES + [
+    st.just(setting("type", 0, [])),  # checked as a readiness probe
+    _unknown([0, 3]).map(lambda v: setting("type", v, [f"type: {UNSUPPORTED_TYPE.format(v)}"])),
 ]
 # Near-valid requests (one field changed) are the most telling: weighted double.
 KINDS = st.sampled_from(["valid", "one field", "one field", "arbitrary"])
-RUN_MUTATIONS = SPEC_MUTATIONS + [
-    _set("pod_sandbox_id", st.sampled_from(["", "s" * 257])), _set("container_name", TEXT),
-    _set("container_id", TEXT), _set("labels", st.dictionaries(TEXT, TEXT, max_size=3)),
-    _set("labels", st.integers(63, 66).map(lambda n: {f"k{i}": "v" for i in range(n)})),
-    _set("container_started_at", INT64),
-]
-EXEC_MUTATIONS = SPEC_MUTATIONS + [_set("pod_sandbox_id", st.sampled_from(["", "s" * 257]))]
 
 
-def varied(draw, request, mutations: list, ns_name: str):
-    """request as it is, with one field changed (one of mutations), or an arbitrary message of its type (KINDS)."""
+def varied(draw, request, changes: list, ns_name: str):
+    """(request, the errors its answer lists, or None for an arbitrary one whose answer only has a shape): the
+    request as it is, with one field changed, or an arbitrary message of its type (KINDS)."""
     kind = draw(KINDS)
+    if kind == "valid":
+        return request, []
     if kind == "one field":
-        draw(st.sampled_from(mutations))(request, draw)
-    elif kind == "arbitrary":
-        request = draw(arbitrary(request.DESCRIPTOR))
-        # A sandbox that does not exist is NOT_FOUND, a different answer: keep to ours, empty, or too long.
-        request.pod_sandbox_id = draw(st.sampled_from([ns_name, "", "s" * 257]))
-    return request
+        change = draw(st.one_of(changes))
+        return request, change(request)
+    request = draw(arbitrary(request.DESCRIPTOR))
+    # A sandbox that does not exist is NOT_FOUND, a different answer: keep to ours, empty, or too long.
+    request.pod_sandbox_id = draw(st.sampled_from([ns_name, "", "s" * 257]))
+    for field in ("container_id", "container_name"):  # a RunProbe for the anchor's container would replace it
+        if getattr(request, field, None) == ANCHOR:
+            setattr(request, field, "c-anchor")
+    return request, None
 
 
 @st.composite
@@ -179,10 +365,7 @@ def run_requests(draw, ns_name: str, port: int):
         container_name=draw(st.from_regex(r"c-[a-z0-9]{1,8}", fullmatch=True)),
         container_ports=[spec_pb.ContainerPort(name="web", container_port=port, protocol="TCP")],
         labels=draw(st.dictionaries(st.sampled_from(["team", "app.kubernetes.io/name"]), st.text(max_size=8))))
-    request = varied(draw, request, RUN_MUTATIONS, ns_name)
-    if request.container_name == ANCHOR:
-        request.container_name = "c-anchor"
-    return request
+    return varied(draw, request, RUN_CHANGES, ns_name)
 
 
 @st.composite
@@ -191,7 +374,7 @@ def exec_requests(draw, ns_name: str, port: int):
     request = service_pb.ExecProbeRequest(
         pod_sandbox_id=ns_name, type=probe_type, spec=draw(valid_specs(probe_type or spec_pb.READINESS, port)),
         container_ports=[spec_pb.ContainerPort(name="web", container_port=port)])
-    return varied(draw, request, EXEC_MUTATIONS, ns_name)
+    return varied(draw, request, EXEC_CHANGES, ns_name)
 
 
 class Tally:
@@ -202,33 +385,41 @@ class Tally:
         self.counts[key] = self.counts.get(key, 0) + 1
 
 
-def accepted_answer(rpc, request, expected: list[str], tally: Tally, verb: str):
-    """Calls rpc with request. If validation expects errors, asserts the daemon refused with exactly those and
-    returns None; otherwise asserts it answered OK and returns the answer."""
+def accepted_answer(rpc, request, expected: list[str] | None, tally: Tally, verb: str):
+    """Calls rpc with request and checks the answer against expected (None: OK or a refusal shaped like one);
+    returns the answer if it was OK."""
     code, details, answer = call(rpc, request)
     tally.add(f"{verb} {code.name}")
-    if expected:
+    if expected is None:
+        assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT), (code, details)
+        assert code == grpc.StatusCode.OK or FIELD_PATH_RE.match(details), details[:300]
+    elif expected:
         tally.add("field " + re.split(r"[.:\[]", expected[0])[0])
-        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details, request)
         assert_answer_is(details, expected)
-        return None
-    assert code == grpc.StatusCode.OK, (code, details, request)
+    else:
+        assert code == grpc.StatusCode.OK, (code, details, request)
     return answer
 
 
-def answer_run_probe(daemon, request, tally: Tally) -> None:
-    expected = rules.validate_run_probe(request, allow_host=False)
+def probe_id(request: service_pb.RunProbeRequest) -> str:
+    """The probe's id as the API documents it: the type's name and a hash of sandbox, container and type."""
+    key = f"{request.pod_sandbox_id}\0{request.container_id or request.container_name}\0{request.type}"
+    return f"{spec_pb.ProbeType.Name(request.type).lower()}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def answer_run_probe(daemon, drawn, tally: Tally) -> None:
+    request, expected = drawn
     answer = accepted_answer(daemon.stub.RunProbe, request, expected, tally, "run")
     if answer is None:
         return
-    assert answer.probe_id == rules.probe_id_for(request.pod_sandbox_id, rules.container_key(request),
-                                                     request.type)
+    assert answer.probe_id == probe_id(request)
     stopped = daemon.stub.StopProbe(service_pb.StopProbeRequest(probe_id=answer.probe_id), timeout=RPC_TIMEOUT_S)
     assert list(stopped.stopped_probe_ids) == [answer.probe_id]
 
 
-def answer_exec_probe(daemon, request, tally: Tally) -> None:
-    expected = rules.validate_exec_probe(request, allow_host=False)
+def answer_exec_probe(daemon, drawn, tally: Tally) -> None:
+    request, expected = drawn
     answer = accepted_answer(daemon.stub.ExecProbe, request, expected, tally, "exec")
     if answer is None:
         return
