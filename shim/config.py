@@ -8,7 +8,6 @@ are the ones written here.
 
 from __future__ import annotations
 
-import dataclasses
 import grp
 import ipaddress
 import os
@@ -31,8 +30,10 @@ _WORKERS = WorkerSettings()  # the defaults of the workers' keys
 HANDOVER_SUBDIR = "workers"  # under state_dir: the zygotes' handover sockets
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The daemon's settings, fixed once loaded: nothing changes them while it runs (a change is a restart)."""
+
     listen: str = DEFAULT_ENDPOINT
     runtime_endpoint: str = "unix:///run/containerd/containerd.sock"  # "none": embedded mode, no runtime
     state_dir: str = "/var/lib/probe-shim"
@@ -115,6 +116,7 @@ class Config:
 
 
 _TYPES = {f.name: f.type for f in fields(Config)}
+_DEFAULTS = Config()
 
 
 def load(path: str | None, overrides: dict) -> Config:
@@ -131,17 +133,19 @@ def load(path: str | None, overrides: dict) -> Config:
         if unknown:
             raise ConfigError(f"config file {path}: unknown keys {', '.join(unknown)}")
     values.update({k: v for k, v in overrides.items() if v is not None})
-    config = Config()
-    for key, value in values.items():
-        expected = type(getattr(config, key))
-        if key == "socket_group" and isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)  # socket_group = 1001 means that gid
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise ConfigError(f"{key}: expected {expected.__name__}, got {value!r}")
-        setattr(config, key, value)
-    return dataclasses.replace(config).validate()
+    return Config(**{key: _typed(key, value) for key, value in values.items()}).validate()
+
+
+def _typed(key: str, value: object) -> object:
+    """A key's value as its default's type (an int where a float goes, a gid number as socket_group's text)."""
+    expected = type(getattr(_DEFAULTS, key))
+    if key == "socket_group" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # socket_group = 1001 means that gid
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{key}: expected {expected.__name__}, got {value!r}")
+    return value
 
 
 def socket_gid(group: str, lookup: Callable[[str], grp.struct_group] = grp.getgrnam) -> int | None:

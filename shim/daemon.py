@@ -23,6 +23,7 @@ import signal
 import socket
 import stat
 import time
+from dataclasses import dataclass, field
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
@@ -37,7 +38,9 @@ from shim.config import Config, ConfigError, metrics_exposure_warning, socket_gi
 from shim.cri.proxy import cri_proxy_handler, forwarding_channel
 from shim.event_loop import loop_name
 from shim.observe.metrics import ShimMetrics
+from shim.observe.metrics_http import MetricsServer
 from shim.observe.tracing import AttemptTracer
+from shim.rpc.client import Channel
 from shim.rpc.server import Server
 from shim.sandboxes.directory import SandboxDirectory
 from shim.sandboxes.resolver import CriSandboxes, NetnsSandboxes
@@ -46,7 +49,7 @@ from shim.state.board import StatusBoard
 from shim.state.registry import ProbeRegistry, is_registered
 from shim.state.results import ResultsManager
 from shim.state.store import DEFAULT_FILENAME, ProbeStore, StoreCorrupt
-from shim.state.writer import StateWriter, board_identity
+from shim.state.writer import BoardIdentity, StateWriter, board_identity
 from shim.workers.supervisor import WorkerSupervisor
 from shim.workers.zygote_handle import Zygote
 
@@ -116,17 +119,64 @@ def _open_store(path: str) -> ProbeStore:
         return ProbeStore(path)
 
 
+@dataclass
+class _Parts:
+    """What one daemon runs, made by `_assemble` in start-up order, opened by `_open`, closed by `_close`."""
+
+    config: Config
+    store: ProbeStore
+    identity: BoardIdentity
+    board: StatusBoard
+    metrics: ShimMetrics
+    writer: StateWriter
+    tracer: AttemptTracer
+    upstream: Channel | None   # the runtime (CRI mode); None in the embedded mode
+    sandboxes: SandboxDirectory
+    results: ResultsManager
+    supervisor: WorkerSupervisor
+    adopting: int              # running workers an earlier daemon left, found at start
+    registry: ProbeRegistry
+    server: Server | None = None
+    health: health_aio.HealthServicer | None = None
+    metrics_server: MetricsServer | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
-    loop = asyncio.get_running_loop()
     # Read (and removed from the environment) before the zygote starts: no worker inherits it.
     notifier = Notifier.from_environment()
+    stop, stopped_by = _stop_on_signals()
+    gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
+    _prepare_socket_path(config.socket_path)
+    parts = await _assemble(config)
+    _add_services(parts)
+    try:
+        await _open(parts, gid)
+        if ready is not None:
+            ready.set()
+        notifier.ready(f"serving on {config.listen}")
+        parts.tasks.append(asyncio.create_task(notifier.keep_alive()))
+        await stop.wait()
+        notifier.stopping()
+        log.info("stopping")
+        parts.board.end_watches()  # watchers resume with the next daemon; in-flight calls get the grace period
+    finally:
+        await _close(parts, hand_over=stopped_by == [signal.SIGTERM])
+
+
+def _stop_on_signals() -> tuple[asyncio.Event, list[int]]:
+    """SIGTERM and SIGINT set the event; which one came is kept (SIGTERM alone hands the workers over)."""
+    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     stopped_by: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda sig=sig: (stopped_by.append(sig), stop.set()))
+    return stop, stopped_by
 
-    gid = socket_gid(config.socket_group)  # a group that does not exist stops us before anything starts
-    _prepare_socket_path(config.socket_path)
+
+async def _assemble(config: Config) -> _Parts:
+    """The state as the last daemon left it, the workers (the zygote first, before any grpc object exists), and
+    the registry over them. Nothing is served yet."""
     # The store creates the state dir (0700); StoreError (exit 1, one line) if it cannot be used.
     store = _open_store(os.path.join(config.state_dir, DEFAULT_FILENAME))
     identity = board_identity(await store.run(store.load_meta))
@@ -157,84 +207,91 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     await writer.start(identity)
     registry = ProbeRegistry(config=config, sandboxes=sandboxes, store=store, board=board, supervisor=supervisor,
                              results=results)
+    return _Parts(config=config, store=store, identity=identity, board=board, metrics=metrics, writer=writer,
+                  tracer=tracer, upstream=upstream, sandboxes=sandboxes, results=results, supervisor=supervisor,
+                  adopting=adopting, registry=registry)
 
-    server = Server()  # receives 16 MiB messages, like the kubelet's CRI client
+
+def _add_services(parts: _Parts) -> None:
+    """The socket's services: ProbeService, health, reflection and, with a runtime, the CRI proxy and the kubelet
+    bridge behind it."""
+    config, registry, board = parts.config, parts.registry, parts.board
+    server = parts.server = Server()  # receives 16 MiB messages, like the kubelet's CRI client
     service_grpc.add_ProbeServiceServicer_to_server(
         ProbeServicer(registry, board, instance_id=board.instance_id,
                       runtime_endpoint="none" if config.embedded else config.runtime_endpoint),
         server,
     )
-    health = health_aio.HealthServicer()
+    health = parts.health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
         [PROBE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
-    if upstream is not None:
-        bridge = KubeletBridge(
-            containers=CriContainers(upstream), sandboxes=sandboxes, supervisor=supervisor, results=results,
-            metrics=metrics, allow_host_field=config.allow_host_field, hook_timeout_s=config.hook_timeout_s,
-        )
+    if parts.upstream is None:
+        return
+    bridge = KubeletBridge(
+        containers=CriContainers(parts.upstream), sandboxes=parts.sandboxes, supervisor=parts.supervisor,
+        results=parts.results, metrics=parts.metrics, allow_host_field=config.allow_host_field,
+        hook_timeout_s=config.hook_timeout_s,
+    )
 
-        async def on_sandbox_event(kind: str, sandbox_id: str) -> None:
-            bridge.forget_sandbox(sandbox_id)
-            await registry.sandbox_event(kind, sandbox_id)
+    async def on_sandbox_event(kind: str, sandbox_id: str) -> None:
+        bridge.forget_sandbox(sandbox_id)
+        await registry.sandbox_event(kind, sandbox_id)
 
-        server.add_generic_rpc_handlers([cri_proxy_handler(upstream, on_sandbox_event, exec_bridge=bridge)])
+    server.add_generic_rpc_handlers([cri_proxy_handler(parts.upstream, on_sandbox_event, exec_bridge=bridge)])
 
-    metrics_server = None
-    tasks: list[asyncio.Task] = []
-    try:
-        with _umask(BIND_UMASK):
-            server.add_insecure_port(config.listen)  # binds now; connections are served from start()
-        _restrict_socket(config.socket_path, gid)
-        await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up (SERVING last)
-        await registry.restore()
-        adopted = await supervisor.finish_adoption()
-        metrics.set_adopted_workers(adopted)
-        if adopting:
-            log.info("adopted the running workers", extra={"found": adopting, "adopted": adopted})
-        await server.start()
-        if config.metrics_listen:
-            metrics.count_watchers_with(lambda: board.watcher_count)
-            metrics.count_probes_with(lambda: board.count(is_registered))
-            metrics_server = await metrics.serve(config.metrics_listen)
-            if warning := metrics_exposure_warning(config.metrics_listen):
-                log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})
-        # SERVING last: a client that saw it can count on every endpoint, /metrics included.
-        for name in ("", PROBE_SERVICE):
-            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        tasks.append(asyncio.create_task(_reconcile_forever(registry, config.reconcile_interval_s)))
-        log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
-                                   "event_loop": loop_name(asyncio.get_running_loop()),
-                                   "instance_id": board.instance_id, "state_dir": config.state_dir})
-        if ready is not None:
-            ready.set()
-        notifier.ready(f"serving on {config.listen}")
-        tasks.append(asyncio.create_task(notifier.keep_alive()))
-        await stop.wait()
-        notifier.stopping()
-        log.info("stopping")
-        board.end_watches()  # watchers resume with the next daemon; in-flight calls get the grace period
-    finally:
-        for task in tasks:
-            task.cancel()
-        await health.enter_graceful_shutdown()
-        await server.stop(grace=2)
-        if stopped_by == [signal.SIGTERM]:
-            await supervisor.hand_over()
-        else:
-            await supervisor.close()
-        await writer.close()
-        if metrics_server is not None:
-            metrics_server.close()
-            await metrics_server.wait_closed()
-        if upstream is not None:
-            await upstream.close()
-        await asyncio.to_thread(tracer.shutdown)  # a dead collector may take seconds
-        store.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(config.socket_path)
-        log.info("stopped")
+
+async def _open(parts: _Parts, gid: int | None) -> None:
+    """Binds the socket (NOT_SERVING), restores the probes, takes the running workers over, serves, starts /metrics
+    and says SERVING last: a client that saw it can count on every endpoint, /metrics included."""
+    config, board, metrics, health = parts.config, parts.board, parts.metrics, parts.health
+    with _umask(BIND_UMASK):
+        parts.server.add_insecure_port(config.listen)  # binds now; connections are served from start()
+    _restrict_socket(config.socket_path, gid)
+    await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up (SERVING last)
+    await parts.registry.restore()
+    adopted = await parts.supervisor.finish_adoption()
+    metrics.set_adopted_workers(adopted)
+    if parts.adopting:
+        log.info("adopted the running workers", extra={"found": parts.adopting, "adopted": adopted})
+    await parts.server.start()
+    if config.metrics_listen:
+        metrics.count_watchers_with(lambda: board.watcher_count)
+        metrics.count_probes_with(lambda: board.count(is_registered))
+        parts.metrics_server = await metrics.serve(config.metrics_listen)
+        if warning := metrics_exposure_warning(config.metrics_listen):
+            log.warning("%s", warning, extra={"metrics_listen": config.metrics_listen})
+    for name in ("", PROBE_SERVICE):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    parts.tasks.append(asyncio.create_task(_reconcile_forever(parts.registry, config.reconcile_interval_s)))
+    log.info("serving", extra={"listen": config.listen, "runtime_endpoint": config.runtime_endpoint,
+                               "event_loop": loop_name(asyncio.get_running_loop()),
+                               "instance_id": board.instance_id, "state_dir": config.state_dir})
+
+
+async def _close(parts: _Parts, *, hand_over: bool) -> None:
+    """Everything `_open` started, in reverse: the socket after a grace period, the workers (handed over to the
+    next daemon, or stopped), the board's last state written, /metrics, the runtime's connection, the spans."""
+    for task in parts.tasks:
+        task.cancel()
+    await parts.health.enter_graceful_shutdown()
+    await parts.server.stop(grace=2)
+    if hand_over:
+        await parts.supervisor.hand_over()
+    else:
+        await parts.supervisor.close()
+    await parts.writer.close()
+    if parts.metrics_server is not None:
+        parts.metrics_server.close()
+        await parts.metrics_server.wait_closed()
+    if parts.upstream is not None:
+        await parts.upstream.close()
+    await asyncio.to_thread(parts.tracer.shutdown)  # a dead collector may take seconds
+    parts.store.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(parts.config.socket_path)
+    log.info("stopped")
 
 
 async def _reconcile_forever(registry: ProbeRegistry, interval_s: float) -> None:

@@ -109,6 +109,8 @@ def test_the_workers_settings_are_one_frozen_object_built_from_the_config(tmp_pa
     assert settings.handover_dir == "" and not settings.outlives_daemon  # 0: workers end with the daemon
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.isolation = "pooled"
+    with pytest.raises(dataclasses.FrozenInstanceError):  # the daemon's own settings too: a change is a restart
+        load(None, {}).listen = "unix:///elsewhere.sock"
 
 
 def test_a_worker_is_spawned_with_the_settings_and_its_groups_place():
