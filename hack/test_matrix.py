@@ -6,7 +6,7 @@
 `make test-matrix` runs it. For each kubelet it builds what is missing (hack/build-kubernetes.sh: kubelet and
 crictl, into the cache the tests read), then runs the real-kubelet tests (tests/e2e/test_real_kubelet*.py) once per runtime the pair
 supports (Kubernetes 1.35 is the last release that supports containerd 1.x: 1.35 runs on Debian's 1.6 and on
-2.x, 1.36 and 1.37 on 2.x only), and prints one Markdown table, test x (kubelet, containerd), the one the README
+2.x, 1.36 and 1.37 on 2.x only), and prints one Markdown table, test x (kubelet, containerd), the one docs/versions.md
 shows. Exits 1 when any cell failed or errored.
 """
 

@@ -11,7 +11,7 @@ Replies are not queued: a reply belongs to the daemon that asked, and goes nowhe
 Attempt reports are written in batches: the first one after a write waits COALESCE_S for the ones that follow,
 and they go in one write. A pooled worker starts a period's attempts of all its sandboxes in one wake-up and they
 end within a few milliseconds of each other, so their reports reach the daemon in one read instead of one each
-(issue 22: at 750 attempts/s that was one wake-up of the daemon per attempt). A report is at most COALESCE_S
+(measured in the scale scenario: at 750 attempts/s that was one wake-up of the daemon per attempt). A report is at most COALESCE_S
 later for it. What is news does not wait: a state change, and a report that starts a streak (a probe's first
 result, or a result unlike the one before) are written at once, with the batch before them; only the reports of
 a probe answering as it did last time wait. A reply, too, first writes the batch before it, so the daemon never

@@ -1,6 +1,6 @@
 """The daemon's event loop: uvloop's when it is installed, asyncio's own otherwise or when asked for.
 
-Why uvloop (issue 22): the daemon's work is many small reads and writes on unix sockets (the kubelet's calls, the
+Why uvloop (measured for the node-cost work): the daemon's work is many small reads and writes on unix sockets (the kubelet's calls, the
 runtime's answers, the workers' frames), each a turn of the loop; uvloop's loop and transports (libuv, in C) make
 a turn cheaper. Measured in the bridge's load scenario, the same code A/B in one run: the daemon's CPU per bridged
 probe 0.80-0.90 -> 0.63-0.77 ms at 30/s and 0.43-0.44 -> 0.39 ms at 300/s. grpcio's aio client (the daemon's

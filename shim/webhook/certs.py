@@ -6,7 +6,7 @@ calls a webhook's Service by `SERVICE.NAMESPACE.svc`), and for IP addresses when
 `clientConfig.url` with an IP, e.g. one run outside the cluster), serverAuth only. Written as `ca.crt`, `tls.crt` (the
 serving certificate then the CA: the chain), `tls.key` (mode 0600), and `ca-bundle.txt`: the base64 of `ca.crt`,
 the value of every webhook's `clientConfig.caBundle`. The CA's key is not kept: a new pair means a new CA, whose
-bundle goes into the configuration with it (README "Rolling out to a cluster", certificates).
+bundle goes into the configuration with it (docs/rollout.md, The admission webhook).
 """
 
 from __future__ import annotations

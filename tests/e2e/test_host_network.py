@@ -1,4 +1,4 @@
-"""A hostNetwork pod is never probed from the node's network namespace (issue 31), against a real containerd.
+"""A hostNetwork pod is never probed from the node's network namespace, against a real containerd.
 
 A `hostNetwork: true` pod shares the node's namespace: containerd reports no network namespace of its own for it
 (its pause process's /proc/PID/ns/net is the node's). Every probe of the tests aims at a server on the node's own

@@ -1,4 +1,4 @@
-"""Hostile probe targets (issue 7): real misbehaving servers in a pod netns, probed by a real worker.
+"""Hostile probe targets: real misbehaving servers in a pod netns, probed by a real worker.
 
 Each scenario proves three things about an attempt against the server:
   - its result and output are the kubelet's for that server (mostly FAILURE; where

@@ -1,4 +1,4 @@
-"""Issue 14's acceptance, as an operator would do it: restarts and an upgrade of the daemon under a loaded node.
+"""Restarts and upgrades, as an operator would do them, under a loaded node.
 
 50 sandboxes (in 5 Kubernetes-like namespaces) x 3 probes (HTTP readiness, TCP liveness, gRPC readiness) with
 periods from 1 to 10 s against healthy targets, and one every_attempt watcher. Once every probe is in its steady
