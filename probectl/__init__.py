@@ -1,9 +1,9 @@
 """probectl's library: a client of the probe shim's socket (ProbeService and the proxied CRI), and its command line.
 
-`ProbeShimClient` (client.py) wraps the generated stubs; `specs` reads durations, `manifest` turns Kubernetes Pod
-manifests into probe registrations and `convert` bridges them to the shim (all pure); `cli` and `commands/` are the
-command line. The client's names are exported here lazily (PEP 562): importing probectl, as the command line does,
-loads no grpc until a command calls the shim.
+`ProbeShimClient` (client.py) calls the shim (unary calls over unary_h2.py, the watch over grpcio); `specs` reads
+durations, `manifest` turns Kubernetes Pod manifests into probe registrations and `convert` bridges them to the shim
+(all pure); `cli` and `commands/` are the command line. The client's names are exported here lazily (PEP 562):
+importing probectl, as the command line does, loads no client until a command calls the shim.
 """
 
 from __future__ import annotations

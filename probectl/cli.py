@@ -2,9 +2,9 @@
 
 Owns: the commands and flags, the dispatch to a command, exit codes of what fails, and the one-line error
 messages. The commands themselves are probectl/commands/*.py, one module per family, imported only once the
-arguments are parsed, so that `--help` and `convert` start without grpc (`import grpc` alone takes 80 ms here),
-`--help` without the converter or psutil either: `--help` takes 40 ms here (median of 15 runs), was 188
-(tests/unit/test_probectl_startup.py asserts on the imports). What is printed is render.py's; how the shim is
+arguments are parsed, so that `--help` starts without the client, the converter or psutil, and `convert` without
+the client: a start's target is 80 ms on a 2-core node (bench/probectl_startup.py times it;
+tests/unit/test_probectl_startup.py asserts on the imports). What is printed is render.py's; how the shim is
 called is client.py's; handler syntax is probe_api/handler_flags.py's, durations specs.py's.
 
 Exit codes (probectl/commands/base.py): 0 ok (for exec: success or warning), 1 bad arguments or an error the shim
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("version", help="client, shim and runtime versions")
     _output_flag(p)
-    p.set_defaults(handler=_command("status.cmd_version"))
+    p.set_defaults(handler=_command("version.cmd_version"))
 
     p = commands.add_parser("pods", help="pod sandboxes with their probe workers")
     _output_flag(p)

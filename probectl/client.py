@@ -1,33 +1,47 @@
-"""The Python client of a probe shim: ProbeService and the proxied CRI calls probectl needs, over sync grpc.
+"""The Python client of a probe shim: ProbeService and the proxied CRI calls probectl needs.
 
-Owns: the endpoint (flag, then $PROBE_SHIM_ENDPOINT, then the default socket), the channel, one deadline per
+Owns: the endpoint (flag, then $PROBE_SHIM_ENDPOINT, then the default socket), the connections, one deadline per
 unary call, the translation of gRPC errors into three exceptions a caller can act on (ShimUnavailable: nobody
 answers at the endpoint; NotFoundError; ShimError for the rest, one line), and the resumable watch.
 
-Nobody outside this module builds a request message or touches a stub.
+Unary calls go over probectl/unary_h2.py on a socket of this module's, not grpcio: `import grpc` takes 35-57 ms of
+the 80 a probectl start may take on a 2-core node. grpcio is imported for the watch (a stream that lives for
+minutes, reconnecting, where a start's cost does not count) and to name the status of an error
+(ShimError.code is a grpc.StatusCode): never on the way of an answer, nor for "cannot reach the probe shim".
+
+Nobody outside this module builds a request message or touches a connection.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import grpc
 from google.protobuf.message import DecodeError
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
-from cri_proto import probe_service_pb2_grpc as service_grpc
 from cri_proto import probe_spec_pb2 as spec_pb
-from probe_api.attempts import longest_attempt_ms
 from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
+from probectl import unary_h2
+
+if TYPE_CHECKING:
+    import grpc
 
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
 CRI_CLIENT_VERSION = "v1"  # what crictl sends in VersionRequest
+USER_AGENT = f"probectl python/{sys.version_info.major}.{sys.version_info.minor}".encode("ascii")
+PROBE_SERVICE = "/" + service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name + "/"
+CRI_RUNTIME_SERVICE = "/runtime.v1.RuntimeService/"
 
-_CHANNEL_OPTIONS = (
+_CHANNEL_OPTIONS = (  # the watch's grpcio channel
     # A private subchannel pool: grpc shares connections between the channels of one process, and a
     # client must never borrow another's connection to a daemon that has since been restarted.
     ("grpc.use_local_subchannel_pool", 1),
@@ -93,21 +107,14 @@ class ProbeShimClient:
         """endpoint None: $PROBE_SHIM_ENDPOINT, then DEFAULT_ENDPOINT. Raises ValueError for a malformed one."""
         self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
         self.timeout_s = timeout_s
-        target = _grpc_target(self.endpoint)
-        self._socket_path = target[len("unix:"):] if target.startswith("unix:") else None
-        self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        self._stub = service_grpc.ProbeServiceStub(self._channel)
-        self._cri_version = self._channel.unary_unary(
-            "/runtime.v1.RuntimeService/Version",
-            request_serializer=cri_pb.VersionRequest.SerializeToString,
-            response_deserializer=cri_pb.VersionResponse.FromString)
-        self._cri_list_sandboxes = self._channel.unary_unary(
-            "/runtime.v1.RuntimeService/ListPodSandbox",
-            request_serializer=cri_pb.ListPodSandboxRequest.SerializeToString,
-            response_deserializer=cri_pb.ListPodSandboxResponse.FromString)
+        self._target = _grpc_target(self.endpoint)
+        self._socket_path = self._target[len("unix:"):] if self._target.startswith("unix:") else None
+        self._channel = None  # grpcio's, for the watch only: made by the first watch
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._watch_calls: set[grpc.Call] = set()
+        self._idle: list[_Socket] = []  # connections between unary calls; one more for each call made meanwhile
+        self._busy: set[_Socket] = set()
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -116,9 +123,14 @@ class ProbeShimClient:
         self._closed.set()
         with self._lock:
             calls = list(self._watch_calls)
+            sockets = [*self._idle, *self._busy]
+            self._idle.clear()
         for call in calls:
             call.cancel()
-        self._channel.close()
+        for connection in sockets:
+            connection.close()
+        if self._channel is not None:
+            self._channel.close()
 
     def __enter__(self) -> ProbeShimClient:
         return self
@@ -129,23 +141,24 @@ class ProbeShimClient:
     # --- versions and sandboxes ------------------------------------------------------------
 
     def version(self) -> service_pb.ShimVersionResponse:
-        return self._call(self._stub.ShimVersion, service_pb.ShimVersionRequest())
+        return self._call("ShimVersion", service_pb.ShimVersionRequest(), service_pb.ShimVersionResponse)
 
     def runtime_version(self) -> cri_pb.VersionResponse | None:
         """The runtime's CRI Version through the shim's proxy; None when the shim has no runtime."""
         if self.version().runtime_endpoint == "none":
             return None
-        return self._proxied(self._cri_version, cri_pb.VersionRequest(version=CRI_CLIENT_VERSION))
+        return self._proxied("Version", cri_pb.VersionRequest(version=CRI_CLIENT_VERSION), cri_pb.VersionResponse)
 
     def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox] | None:
         """The runtime's pod sandboxes through the shim's proxy; None when the shim has no runtime."""
         if self.version().runtime_endpoint == "none":
             return None
-        answer = self._proxied(self._cri_list_sandboxes, cri_pb.ListPodSandboxRequest())
+        answer = self._proxied("ListPodSandbox", cri_pb.ListPodSandboxRequest(), cri_pb.ListPodSandboxResponse)
         return None if answer is None else list(answer.items)
 
     def sandboxes(self) -> list[service_pb.ProbeSandbox]:
-        return list(self._call(self._stub.ListProbeSandboxes, service_pb.ListProbeSandboxesRequest()).sandboxes)
+        return list(self._call("ListProbeSandboxes", service_pb.ListProbeSandboxesRequest(),
+                               service_pb.ListProbeSandboxesResponse).sandboxes)
 
     # --- probes --------------------------------------------------------------------------------
 
@@ -157,13 +170,13 @@ class ProbeShimClient:
             pod_sandbox_id=pod_sandbox_id, container_id=container_id, container_name=container_name,
             type=probe_type, spec=spec, container_started_at=container_started_at,
             container_ports=list(container_ports), labels=dict(labels or {}))
-        return self._call(self._stub.RunProbe, request).probe_id
+        return self._call("RunProbe", request, service_pb.RunProbeResponse).probe_id
 
     def stop_probes(self, *, probe_id: str = "", pod_sandbox_id: str = "", container_id: str = "") -> list[str]:
         """Idempotent: the ids actually stopped (none for an unknown id)."""
         request = service_pb.StopProbeRequest(probe_id=probe_id, pod_sandbox_id=pod_sandbox_id,
                                               container_id=container_id)
-        return list(self._call(self._stub.StopProbe, request).stopped_probe_ids)
+        return list(self._call("StopProbe", request, service_pb.StopProbeResponse).stopped_probe_ids)
 
     def probes(self, *, probe_id: str = "", pod_sandbox_id: str = "", container_id: str = "",
                probe_type: int = spec_pb.PROBE_TYPE_UNSPECIFIED, labels: Mapping[str, str] | None = None,
@@ -172,13 +185,13 @@ class ProbeShimClient:
         `container` is a name, an id or an id prefix; `state` a ProbeState."""
         request = service_pb.ProbeStatusRequest(filter=_filter(probe_id, pod_sandbox_id, container_id,
                                                                probe_type, labels, container, state))
-        return list(self._call(self._stub.ProbeStatus, request).probes)
+        return list(self._call("ProbeStatus", request, service_pb.ProbeStatusResponse).probes)
 
     def probe(self, probe_id: str) -> service_pb.Probe:
         """One probe's status; NotFoundError if the shim has no such probe."""
         found = self.probes(probe_id=probe_id) if probe_id else []
         if not found:
-            raise NotFoundError(grpc.StatusCode.NOT_FOUND, f"no probe with id {probe_id!r}")
+            raise NotFoundError(_status_code(unary_h2.NOT_FOUND), f"no probe with id {probe_id!r}")
         return found[0]
 
     def exec_probe(self, pod_sandbox_id: str, spec: spec_pb.ProbeSpec, *, probe_type: int = spec_pb.READINESS,
@@ -187,11 +200,13 @@ class ProbeShimClient:
         """One attempt now in the sandbox. The call's deadline (timeout_s None) leaves room for the attempt:
         the worker tries up to 3 times, each bounded by the probe's timeout, like the kubelet."""
         if timeout_s is None:
+            from probe_api.attempts import longest_attempt_ms  # the validation rules: only exec needs them
+
             timeout_s = self.timeout_s + longest_attempt_ms(spec) / 1000
         request = service_pb.ExecProbeRequest(pod_sandbox_id=pod_sandbox_id, spec=spec, type=probe_type,
                                               container_ports=list(container_ports))
         metadata = [("traceparent", traceparent)] if traceparent else None
-        return self._call(self._stub.ExecProbe, request, timeout_s=timeout_s, metadata=metadata)
+        return self._call("ExecProbe", request, service_pb.ExecProbeResponse, timeout_s=timeout_s, metadata=metadata)
 
     # --- watch ---------------------------------------------------------------------------------
 
@@ -214,6 +229,9 @@ class ProbeShimClient:
 
         Ends when close() is called (from any thread); a KeyboardInterrupt cancels the stream and propagates.
         """
+        import grpc
+
+        stub = self._watch_stub()
         base = service_pb.WatchProbeStatusRequest(
             filter=_filter("", pod_sandbox_id, container_id, probe_type, labels, container, state),
             every_attempt=every_attempt)
@@ -225,7 +243,7 @@ class ProbeShimClient:
             request.CopyFrom(base)
             request.instance_id, request.since_revision = resume.instance_id, resume.revision
             try:
-                call = self._stub.WatchProbeStatus(request)  # no deadline: it follows until closed
+                call = stub.WatchProbeStatus(request)  # no deadline: it follows until closed
             except ValueError:  # "closed channel": close() won the race with this re-open
                 return
             with self._lock:
@@ -239,7 +257,7 @@ class ProbeShimClient:
             except grpc.RpcError as exc:
                 if self._closed.is_set():
                     return
-                failure = self._translate(exc)
+                failure = self._translate(_code_number(exc.code()), exc.details() or "", exc.trailing_metadata())
                 if not connected_once or not reconnect or not _is_drop(exc):
                     raise failure from exc
             finally:
@@ -258,43 +276,188 @@ class ProbeShimClient:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _call(self, method, request, *, timeout_s: float | None = None, metadata=None):
-        try:
-            return method(request, timeout=self.timeout_s if timeout_s is None else timeout_s, metadata=metadata)
-        except grpc.RpcError as exc:
-            raise self._translate(exc) from exc
+    def _watch_stub(self):
+        from cri_proto import probe_service_pb2_grpc as service_grpc
+        import grpc
 
-    def _proxied(self, method, request):
+        with self._lock:
+            if self._channel is None:
+                self._channel = grpc.insecure_channel(self._target, options=_CHANNEL_OPTIONS)
+            return service_grpc.ProbeServiceStub(self._channel)
+
+    def _unary(self, path: str, request, timeout_s: float, metadata) -> unary_h2.Answer:
+        """One call on an idle connection (a new one if none is idle), which goes back to the idle ones after. An
+        idle connection the shim closed or said GOAWAY on meanwhile (it restarted, say) is not used, as grpc's
+        channel connects again."""
+        with self._lock:
+            connection = None
+            while self._idle and connection is None:
+                connection = self._idle.pop()
+                if not connection.alive():
+                    connection.close()
+                    connection = None
+            connection = connection or _Socket(self._target)
+            self._busy.add(connection)
+        try:
+            return connection.call(path, request.SerializeToString(), timeout_s, metadata)
+        except OSError as exc:  # the connect
+            raise ShimUnavailable(self.endpoint, str(exc),
+                                  permission_denied=exc.errno in (errno.EACCES, errno.EPERM)) from exc
+        finally:
+            with self._lock:
+                self._busy.discard(connection)
+                if connection.usable and not self._closed.is_set():
+                    self._idle.append(connection)
+                else:
+                    connection.close()
+
+    def _call(self, method: str, request, response_type, *, timeout_s: float | None = None, metadata=None):
+        answer = self._unary(PROBE_SERVICE + method, request, self.timeout_s if timeout_s is None else timeout_s,
+                             metadata)
+        if answer.code != unary_h2.OK:
+            raise self._translate(answer.code, answer.details, answer.trailing_metadata)
+        return _parsed(response_type, answer)
+
+    def _proxied(self, method: str, request, response_type):
         """A CRI call through the shim: UNIMPLEMENTED means the shim proxies to no runtime."""
-        try:
-            return method(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return None
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                # The shim answered the version call just before: it is the runtime behind it that is away.
-                raise RuntimeUnavailableError(exc.code(), f"the container runtime behind the shim at "
-                                              f"{self.endpoint} does not answer: {exc.details()}") from exc
-            raise self._translate(exc) from exc
+        answer = self._unary(CRI_RUNTIME_SERVICE + method, request, self.timeout_s, None)
+        if answer.code == unary_h2.UNIMPLEMENTED:
+            return None
+        if answer.code == unary_h2.UNAVAILABLE:
+            # The shim answered the version call just before: it is the runtime behind it that is away.
+            raise RuntimeUnavailableError(_status_code(answer.code), f"the container runtime behind the shim at "
+                                          f"{self.endpoint} does not answer: {answer.details}")
+        if answer.code != unary_h2.OK:
+            raise self._translate(answer.code, answer.details, answer.trailing_metadata)
+        return _parsed(response_type, answer)
 
-    def _translate(self, exc: grpc.RpcError) -> Exception:
-        code, details = exc.code(), exc.details() or ""
-        if code == grpc.StatusCode.UNAVAILABLE and (_is_transport_failure(details) or self._socket_missing()):
+    def _translate(self, code: int, details: str, trailing_metadata) -> Exception:
+        if code == unary_h2.UNAVAILABLE and (_is_transport_failure(details) or self._socket_missing()):
             return ShimUnavailable(self.endpoint, details, permission_denied="permission denied" in details.lower())
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+        if code == unary_h2.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
             # grpc's own text: the client gave up waiting (the daemon words its timeouts differently).
-            return ShimError(code, f"no answer from the probe shim at {self.endpoint} in time (see -t/--timeout)")
-        if code == grpc.StatusCode.NOT_FOUND:
-            return NotFoundError(code, details)
-        return ShimError(code, details, _violations(exc))
-
+            return ShimError(_status_code(code),
+                             f"no answer from the probe shim at {self.endpoint} in time (see -t/--timeout)")
+        if code == unary_h2.NOT_FOUND:
+            return NotFoundError(_status_code(code), details)
+        return ShimError(_status_code(code), details, _violations(trailing_metadata))
 
     def _socket_missing(self) -> bool:
         return self._socket_path is not None and not os.path.exists(self._socket_path)
 
 
-def _violations(exc: grpc.RpcError) -> list[service_pb.FieldViolation]:
-    for key, value in exc.trailing_metadata() or ():
+class _Socket:
+    """A connection to the shim for unary calls: unary_h2.Connection over a socket, opened by its first call.
+    Not usable once the peer closed or went away, or after a call that ended without its answer."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._unix = target.startswith("unix:")
+        self._sock: socket.socket | None = None
+        self._h2 = unary_h2.Connection(authority=b"localhost" if self._unix else target.encode("idna"),
+                                       user_agent=USER_AGENT, max_message=MAX_MESSAGE_BYTES)
+        self.usable = True
+
+    def call(self, path: str, request: bytes, timeout_s: float, metadata) -> unary_h2.Answer:
+        """The call's answer; OSError if the socket cannot be connected."""
+        deadline = time.monotonic() + timeout_s
+        if self._sock is None:
+            try:
+                self._sock = self._connect(timeout_s)
+            except TimeoutError:
+                self.usable = False
+                return unary_h2.Answer(unary_h2.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            except OSError:
+                self.usable = False
+                raise
+        h2 = self._h2
+        h2.call(path, request, timeout_s=timeout_s, metadata=metadata)
+        try:
+            while h2.answer is None:
+                self._sock.sendall(h2.data_to_send())
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                self._sock.settimeout(remaining)
+                data = self._sock.recv(1 << 16)
+                if not data:
+                    self.usable = False
+                    return h2.ended("Socket closed")
+                h2.receive(data)
+            self._sock.sendall(h2.data_to_send())  # acknowledgements, the window given back
+        except TimeoutError:
+            h2.cancel()
+            try:
+                self._sock.sendall(h2.data_to_send())
+            except OSError:
+                self.usable = False
+        except OSError as exc:
+            self.usable = False
+            return h2.ended(f"Socket closed: {exc.strerror or exc}")
+        if h2.closed:
+            self.usable = False
+        return h2.answer
+
+    def alive(self) -> bool:
+        """Whether this idle connection can take another call, once what the peer sent meanwhile is read."""
+        if self._sock is None or not self.usable:
+            return False
+        try:
+            self._sock.setblocking(False)  # a socket with a timeout would wait for it, whatever the flags say
+            while data := self._sock.recv(1 << 16):
+                self._h2.receive(data)
+            return False  # the peer closed it
+        except BlockingIOError:
+            return self.usable and not self._h2.closed
+        except OSError:
+            return False
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        if self._unix:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout_s)
+                sock.connect(self._target[len("unix:"):])
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        host, _, port = self._target.rpartition(":")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def close(self) -> None:
+        self.usable = False
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)  # wakes a call blocked on it in another thread
+            except OSError:
+                pass
+            self._sock.close()
+
+
+def _parsed(response_type, answer: unary_h2.Answer):
+    try:
+        return response_type.FromString(answer.message)
+    except DecodeError as exc:
+        # grpcio's words for an answer it cannot deserialize.
+        raise ShimError(_status_code(unary_h2.INTERNAL), "Exception deserializing response!") from exc
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    """grpc's name for a status code: grpcio is imported here, on the way of an error only."""
+    import grpc
+
+    return next((code for code in grpc.StatusCode if code.value[0] == number), grpc.StatusCode.UNKNOWN)
+
+
+def _code_number(code: grpc.StatusCode) -> int:
+    return code.value[0]
+
+
+def _violations(trailing_metadata) -> list[service_pb.FieldViolation]:
+    for key, value in trailing_metadata or ():
         if key == FIELD_VIOLATIONS_KEY:
             try:
                 return list(service_pb.FieldViolations.FromString(value).violations)
@@ -334,7 +497,7 @@ def _grpc_target(endpoint: str) -> str:
 def _is_drop(exc: grpc.RpcError) -> bool:
     """A stream that ended for reasons of transport or daemon lifetime, worth re-opening."""
     # CANCELLED that we did not ask for: the daemon cancelled the stream while shutting down.
-    return exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
+    return _code_number(exc.code()) in (unary_h2.UNAVAILABLE, unary_h2.CANCELLED, unary_h2.INTERNAL)
 
 
 def _is_transport_failure(details: str) -> bool:

@@ -9,6 +9,9 @@ Conventions, chosen to match the tools operators already read:
 - ages as kubectl's AGE column (apimachinery's duration.HumanDuration: "45s", "3m20s", "2h", "4d");
 - JSON as crictl's `-o json`: protojson with camelCase field names, enum names, unpopulated fields
   included, 64-bit integers as strings, 2-space indent; YAML is the same data.
+
+yaml and protobuf's json_format are imported by the functions that write JSON or YAML (22 ms of a start that may
+take 80 here): a table needs neither (tests/unit/test_probectl_startup.py).
 """
 
 from __future__ import annotations
@@ -17,9 +20,6 @@ import datetime
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import yaml
-from google.protobuf import json_format
 
 from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
@@ -330,6 +330,8 @@ def event_line(event: service_pb.WatchProbeStatusResponse, now_ns: int, no_trunc
 def message_dict(message) -> dict:
     """protojson, as crictl prints it (EmitDefaultValues): camelCase, enum names, every field present,
     in field-number order as Go's protojson writes them (Python's puts unpopulated fields last)."""
+    from google.protobuf import json_format
+
     return _in_field_order(message.DESCRIPTOR,
                            json_format.MessageToDict(message, always_print_fields_with_no_presence=True))
 
@@ -340,6 +342,8 @@ _ALWAYS_SHOWN = {service_pb.ProbeStatus.DESCRIPTOR.full_name: service_pb.ProbeSt
 
 
 def _in_field_order(descriptor, data: dict) -> dict:
+    from google.protobuf import json_format
+
     ordered = {}
     for field in sorted(descriptor.fields, key=lambda f: f.number):
         shown = _ALWAYS_SHOWN.get(field.message_type.full_name) if field.message_type is not None else None
@@ -363,6 +367,8 @@ def to_json(data, indent: int | None = 2) -> str:
 
 
 def to_yaml(data) -> str:
+    import yaml
+
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False).rstrip("\n")
 
 

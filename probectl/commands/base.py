@@ -25,7 +25,7 @@ class UsageError(Exception):
 
 
 def connect(args) -> ProbeShimClient:
-    from probectl.client import ProbeShimClient  # grpc: only for the commands that call the shim
+    from probectl.client import ProbeShimClient  # only for the commands that call the shim
 
     try:
         return ProbeShimClient(args.endpoint, timeout_s=args.rpc_timeout_ms / 1000)

@@ -1,9 +1,8 @@
-"""probectl's commands that read what the shim holds: version, pods, ps, inspect, watch. What is printed is
+"""probectl's commands that read what the shim holds: pods, ps, inspect, watch. What is printed is
 render.py's; how the shim is called is client.py's."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import signal
 import time
 
@@ -16,31 +15,6 @@ from probectl.client import ProbeShimClient
 from probectl.commands.base import EXIT_OK, connect, print_line, resolve_probes, waterfall_bar
 
 STATES = {name: spec_pb.ProbeState.Value("STATE_" + enum_name(name)) for name in STATE_NAMES}  # --state
-
-
-def _client_version() -> str:
-    try:
-        return importlib.metadata.version("cri-probe-shim")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
-def cmd_version(args) -> int:
-    with connect(args) as client:
-        shim = client.version()
-        runtime = client.runtime_version()
-    if args.output != "table":
-        data = {"clientVersion": _client_version(), "shim": render.message_dict(shim),
-                "runtime": render.message_dict(runtime) if runtime is not None else None}
-        print_line(render.structured(data, args.output))
-        return EXIT_OK
-    pairs = [("ClientVersion", _client_version()), ("ShimVersion", shim.version), ("ShimApiVersion", shim.api_version),
-             ("ShimInstanceId", shim.instance_id), ("RuntimeEndpoint", shim.runtime_endpoint)]
-    if runtime is not None:
-        pairs += [("RuntimeName", runtime.runtime_name), ("RuntimeVersion", runtime.runtime_version),
-                  ("RuntimeApiVersion", runtime.runtime_api_version)]
-    print_line(render.key_values(pairs))
-    return EXIT_OK
 
 
 def cmd_pods(args) -> int:
