@@ -27,12 +27,14 @@ Scenarios, in this order (bench/<module>.py each):
  10. pod_creation  pods created on a one-machine cluster (etcd, API server, scheduler, the kubelet through the
                 shim) through the webhook registered from deploy/ and without it: the create request's latency,
                 created to Ready from the API's timestamps and as seen by the client
+ 11. probectl_startup  probectl --help, convert, and version (nobody at the socket; a daemon), each the
+                installed console script, start to exit, median of 9 (target 80 ms)
 Without containerd (or runc, busybox-static, CNI plugins) the ExecSync and proxy figures
 are reported as skipped with the reason, and without a kubelet (KUBELET_BIN, else the
 one `make k8s` builds) the node figures; everything else still runs. A scenario that
 fails is reported as an error and the others still run. --only runs the named scenarios
 alone (scale, scale_strict, latency, spawn, pressure, exec, bridge_load, proxy, restart, node,
-admission, pod_creation), into DIR ending in -only-NAME... The summary ends with the node cost
+admission, pod_creation, probectl_startup), into DIR ending in -only-NAME... The summary ends with the node cost
 targets (bench/node_cost.py), each met or NOT met; bench/ab.py compares two runs (e.g. the code before a change
 and after) row by row.
 
@@ -65,7 +67,7 @@ import psutil  # noqa: E402
 
 from bench import (  # noqa: E402
     admission, bridge_load, exec_compare, latency, machine, node, node_cost, node_report, plots, pod_creation,
-    pressure, proxy_overhead, report, restart, scale, spawn,
+    pressure, probectl_startup, proxy_overhead, report, restart, scale, spawn,
 )
 from bench.modes import MODES, Mode  # noqa: E402
 from bench.containerd_rig import ContainerdRig  # noqa: E402
@@ -136,7 +138,7 @@ def containerd_scenarios(mode: Mode, scenarios: dict, wanted: Callable[[str], bo
 
 
 SCENARIOS = ("scale", "scale_strict", "latency", "spawn", "pressure", "exec", "bridge_load", "proxy", "restart",
-             "node", "admission", "pod_creation")
+             "node", "admission", "pod_creation", "probectl_startup")
 
 
 def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset(), before_code: Path | None = None) -> None:
@@ -165,6 +167,8 @@ def run_all(mode: Mode, scenarios: dict, only: frozenset[str] = frozenset(), bef
         scenarios["admission"] = scenario("admission", lambda: admission.run(mode.admission))
     if wanted("pod_creation"):
         scenarios["pod_creation"] = scenario("pod_creation", lambda: pod_creation.run(mode.pod_creation))
+    if wanted("probectl_startup"):
+        scenarios["probectl_startup"] = scenario("probectl_startup", probectl_startup.run)
 
 
 def leftovers() -> dict:
@@ -219,7 +223,8 @@ def main() -> int:
     results["leftovers"] = leftovers()
     results["interrupted"] = interrupted
     general = (report.evaluate(results["scenarios"]) + admission.rows(results["scenarios"].get("admission"))
-               + pod_creation.rows(results["scenarios"].get("pod_creation")))
+               + pod_creation.rows(results["scenarios"].get("pod_creation"))
+               + probectl_startup.rows(results["scenarios"].get("probectl_startup")))
     node_costs = node_cost.rows(results["scenarios"], general)
     # Every row once (the node cost targets reuse some general ones): bench/ab.py pairs two runs' rows by figure.
     rows = general + [r for r in node_costs if r not in general]
@@ -239,7 +244,7 @@ def main() -> int:
         node_cost.details(results["scenarios"]),
         admission.details(results["scenarios"].get("admission")),
         pod_creation.details(results["scenarios"].get("pod_creation")),
-        "targets (scale, latency, exec, spawn, proxy, pressure, restart, admission, pod creation)\n"
+        "targets (scale, latency, exec, spawn, proxy, pressure, restart, admission, pod creation, probectl start-up)\n"
         + report.targets_table(general),
         "node cost: every target\n" + report.targets_table(node_costs),
     ] if part)
