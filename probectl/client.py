@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
-from cri_proto import cri_runtime_v1_pb2 as cri_pb
 from cri_proto import probe_service_pb2 as service_pb
 from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES
@@ -34,6 +33,8 @@ from probectl import unary_h2
 
 if TYPE_CHECKING:
     import grpc
+
+    from cri_proto import cri_runtime_v1_pb2 as cri_pb
 
 ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
 CRI_CLIENT_VERSION = "v1"  # what crictl sends in VersionRequest
@@ -147,12 +148,16 @@ class ProbeShimClient:
         """The runtime's CRI Version through the shim's proxy; None when the shim has no runtime."""
         if self.version().runtime_endpoint == "none":
             return None
+        from cri_proto import cri_runtime_v1_pb2 as cri_pb  # the CRI's messages: only with a runtime behind
+
         return self._proxied("Version", cri_pb.VersionRequest(version=CRI_CLIENT_VERSION), cri_pb.VersionResponse)
 
     def list_pod_sandboxes(self) -> list[cri_pb.PodSandbox] | None:
         """The runtime's pod sandboxes through the shim's proxy; None when the shim has no runtime."""
         if self.version().runtime_endpoint == "none":
             return None
+        from cri_proto import cri_runtime_v1_pb2 as cri_pb
+
         answer = self._proxied("ListPodSandbox", cri_pb.ListPodSandboxRequest(), cri_pb.ListPodSandboxResponse)
         return None if answer is None else list(answer.items)
 
