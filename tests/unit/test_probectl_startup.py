@@ -1,8 +1,9 @@
-"""What probectl loads before it does anything: no command but `watch` loads grpc (35-57 ms of the 80 ms a start
+"""What probectl loads before it does anything, and how it ends: no command but `watch` loads grpc (35-57 ms of the 80 ms a start
 may take here; crictl starts in 10): unary calls go over probectl/unary_h2.py, and grpc is imported to name the
 status of an error only. `--help` loads not the converter either, `convert` no client, `version` neither render.py
-(protojson, YAML) nor importlib.metadata. Asserted on imports, in a fresh interpreter each, not on timings: the
-times are bench/probectl_startup.py's row of the benchmark.
+(protojson, YAML) nor importlib.metadata; the program ends without the interpreter's teardown. Asserted on imports
+and behaviour, in a fresh interpreter each, not on timings: the times are bench/probectl_startup.py's rows of the
+benchmark.
 """
 
 from __future__ import annotations
@@ -139,3 +140,21 @@ def test_the_names_the_parser_offers_are_the_ones_the_commands_take():
     assert cli.OUTPUTS == render.OUTPUTS
     assert cli.CONVERT_OUTPUTS == convert.OUTPUTS
     assert cli.ENDPOINT_ENV == client.ENDPOINT_ENV
+
+
+def test_the_program_ends_without_the_interpreters_teardown_once_its_output_is_written():
+    from probectl import convert
+
+    expected = convert.convert((GOLDEN / "list.yaml").read_text()).text
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: sys.stderr.write('teardown\\n'))\n"
+              "from probectl.cli import main\n"
+              f"sys.argv = ['probectl', 'convert', '-f', {str(GOLDEN / 'list.yaml')!r}]\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert (done.returncode, done.stdout) == (0, expected)
+    assert "teardown" not in done.stderr and done.stderr.startswith("probectl: ")  # the notes, and no more
+    called = subprocess.run([sys.executable, "-c", "import sys\nfrom probectl import cli\n"
+                             "sys.exit(10 + cli.main(['-r', 'unix:///nonexistent/x.sock', 'version']))\n"],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert called.returncode == 12  # with argv given, main returns the code to its caller
