@@ -1,9 +1,9 @@
-"""What probectl loads before it does anything, and how it ends: no command but `watch` loads grpc (35-57 ms of the 80 ms a start
-may take here; crictl starts in 10): unary calls go over probectl/unary_h2.py, and grpc is imported to name the
-status of an error only. `--help` loads not the converter either, `convert` no client, `version` neither render.py
-(protojson, YAML) nor importlib.metadata; the program ends without the interpreter's teardown. Asserted on imports
-and behaviour, in a fresh interpreter each, not on timings: the times are bench/probectl_startup.py's rows of the
-benchmark.
+"""What probectl loads before it does anything, and how it ends: no command but `watch` loads grpc (35-57 ms of
+the 80 ms a start may take here; crictl starts in 10): unary calls go over probectl/unary_h2.py, and grpc is
+imported to name the status of an error only. `--help` loads not the converter either, `convert` no client,
+`version` neither render.py (protojson, YAML) nor importlib.metadata; the program ends without the interpreter's
+teardown. Asserted on imports and behaviour, in a fresh interpreter each, not on timings: the times are
+bench/probectl_startup.py's rows of the benchmark.
 """
 
 from __future__ import annotations
