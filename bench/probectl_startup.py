@@ -65,8 +65,9 @@ def rows(scenario: dict | None) -> list[Row]:
     for name, (what, _, _) in COMMANDS.items():
         def measure(s: dict, name=name):
             c = s["commands"][name]
+            load = f"; load average {s['loadavg'][0]:.1f} to {s['loadavg'][1]:.1f}" if "loadavg" in s else ""
             return (f"{c['median_ms']:.0f} ms", c["median_ms"] <= TARGET_MS,
-                    f"median of {s['runs']}; min {c['min_ms']:.0f}, max {c['max_ms']:.0f} ms; {s['bytecode']}")
+                    f"median of {s['runs']}; min {c['min_ms']:.0f}, max {c['max_ms']:.0f} ms; {s['bytecode']}{load}")
         out.append(measured_row(f"probectl start-up: {what}", f"<= {TARGET_MS:.0f} ms", scenario, measure))
     return out
 
@@ -87,6 +88,7 @@ def run(runs: int = RUNS) -> dict:
         return {"skipped": f"no console script at {script} (pip install -e . makes it)"}
     from tests.support.daemon_env import DaemonProcess
 
+    load_before = os.getloadavg()[0]  # a start is a few CPU-bound ms: what else runs shows in the figures
     with tempfile.TemporaryDirectory(prefix="bench-probectl-") as workdir:
         daemon = DaemonProcess(Path(workdir)).start()
         try:
@@ -100,7 +102,7 @@ def run(runs: int = RUNS) -> dict:
                         times[name].append(elapsed)
         finally:
             daemon.stop()
-    return figures(times, dict(os.environ))
+    return {**figures(times, dict(os.environ)), "loadavg": [load_before, os.getloadavg()[0]]}
 
 
 if __name__ == "__main__":  # python -m bench.probectl_startup, from the checkout's top: this scenario alone

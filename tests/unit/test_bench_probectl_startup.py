@@ -30,6 +30,8 @@ def test_a_row_per_command_met_at_80_ms_and_not_above():
     convert = by_figure["probectl start-up: probectl convert -f tests/golden/convert/list.yaml"]
     assert (convert.measured, convert.status) == ("81 ms", report.NOT_MET)
     assert convert.note == "median of 9; min 77, max 121 ms; bytecode cached"
+    loaded = probectl_startup.rows({**probectl_startup.figures(times(), {}), "loadavg": [0.5, 1.25]})
+    assert loaded[0].note.endswith("bytecode cached; load average 0.5 to 1.2")
 
 
 def test_a_run_without_the_scenario_has_its_rows_skipped():
