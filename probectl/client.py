@@ -379,17 +379,17 @@ class _Socket:
         h2.call(path, request, timeout_s=timeout_s, metadata=metadata)
         try:
             while h2.answer is None:
-                self._sock.sendall(h2.data_to_send())
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
-                self._sock.settimeout(remaining)
+                self._sock.settimeout(remaining)  # for the writes too: alive() left the socket non-blocking
+                self._sock.sendall(h2.data_to_send())
                 data = self._sock.recv(1 << 16)
                 if not data:
                     self.usable = False
                     return h2.ended("Socket closed")
                 h2.receive(data)
-            self._sock.sendall(h2.data_to_send())  # acknowledgements, the window given back
+            self._sock.sendall(h2.data_to_send())  # acknowledgements
         except TimeoutError:
             h2.cancel()
             try:
