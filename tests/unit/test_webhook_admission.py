@@ -55,13 +55,13 @@ def test_the_patch_is_minimal():
     ops = [(op["op"], op["path"]) for op in decided.patch]
     assert ops == [
         ("add", "/metadata/annotations"),
+        ("add", "/spec/affinity"),
         ("remove", "/spec/containers/0/readinessProbe/httpGet"),
         ("add", "/spec/containers/0/readinessProbe/exec"),
         ("remove", "/spec/containers/0/livenessProbe/tcpSocket"),
         ("add", "/spec/containers/0/livenessProbe/exec"),
         ("remove", "/spec/containers/0/lifecycle/preStop/httpGet"),
         ("add", "/spec/containers/0/lifecycle/preStop/exec"),
-        ("add", "/spec/affinity"),
     ]
 
 

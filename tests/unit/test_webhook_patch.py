@@ -1,13 +1,20 @@
-"""The webhook's RFC 6902 diff (shim/webhook/patch.py), applied with a JSON Patch library as the API server would."""
+"""The webhook's RFC 6902 patch (shim/webhook/patch.py: jsonpatch's make_patch), applied as the API server would."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shim.webhook.patch import diff, pointer
+from shim.webhook.patch import diff
+from tests.support.netns_env import REPO_ROOT
 
 CASES = [
     ({"a": 1}, {"a": 1}),
@@ -44,6 +51,37 @@ def test_a_handler_renamed_in_place_is_a_remove_and_an_add():
 
 
 def test_pointers_escape_tilde_and_slash():
-    assert pointer(["metadata", "annotations", "probe-shim.io/original-handlers"]) == \
-        "/metadata/annotations/probe-shim.io~1original-handlers"
-    assert pointer(["a~b", 0]) == "/a~0b/0"
+    before = {"metadata": {"annotations": {"a": "1"}}, "a~b": [0]}
+    after = {"metadata": {"annotations": {"a": "1", "probe-shim.io/original-handlers": "{}"}}, "a~b": [1]}
+    assert diff(before, after) == [
+        {"op": "add", "path": "/metadata/annotations/probe-shim.io~1original-handlers", "value": "{}"},
+        {"op": "replace", "path": "/a~0b/0", "value": 1},
+    ]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["", "a", "b/c", "d~e"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c/d", "e~f"]), inner,
+                                                                max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, JSON)
+def test_any_two_documents_are_patched_exactly(before, after):
+    applied = jsonpatch.apply_patch(copy.deepcopy(before), diff(before, after))
+    assert json.dumps(applied, sort_keys=True) == json.dumps(after, sort_keys=True)  # 1 and True differ here
+
+
+def test_the_patch_is_the_same_whatever_the_hash_seed():
+    """Every replica of the webhook, and every log line, shows the same patch for the same pod (jsonpatch before
+    1.48 ordered an object's keys by set iteration)."""
+    code = ("import json; from shim.webhook.patch import diff; from tests.support.webhook_pods import web_pod; "
+            "from probe_api.pod_conversion import convert_object; import copy; pod = web_pod(); "
+            "pod['metadata']['labels'] = {'z': 'z'}; after = copy.deepcopy(pod); after['kind'] = 'Pod'; "
+            "convert_object(after); del after['kind']; after['metadata']['labels'] = {k: k for k in 'abcdefgh'}; "
+            "print(json.dumps(diff(pod, after)))")
+    patches = {subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60).stdout
+               for seed in ("1", "2", "3", "4")}
+    assert len(patches) == 1
