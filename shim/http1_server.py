@@ -5,13 +5,13 @@ request within its bounds, answering the errors, keeping it alive or closing it,
 
 Every resource a client can make it hold is bounded (Go's net/http server is the reference for each):
 - connections: at most `max_connections` at once; one more is closed at once, unanswered (Go's LimitListener);
-- the request head: at most `max_head_bytes` (h11's max_incomplete_event_size), else 431 and close
-  (Go's MaxHeaderBytes);
+- the request head: at most `max_head_bytes`, else 431 and close (Go's MaxHeaderBytes): h11's
+  max_incomplete_event_size, and a head is read no further than a byte past the bound (see _read_size);
 - the body: at most `max_body_bytes`; a larger Content-Length is answered 413 from the head alone, before a byte
   of the body is read, and a chunked body is cut with 413 once past it (Go's MaxBytesReader). With
   `max_body_bytes=None` the body is never read: the request is answered from its head and the connection closed;
 - time: a request's first byte within `idle_timeout_s` (kept-alive connections; Go's IdleTimeout), then the whole
-  request within `request_timeout_s` of it (Go's ReadTimeout); with `idle_timeout_s=None` the request timeout runs
+  request within `request_timeout_s` of it (like Go's ReadTimeout); with `idle_timeout_s=None` the request timeout runs
   from the connection's start (Go's ReadHeaderTimeout for a one-request connection). A request not read in time
   gets `timeout_status` (408), or is cut unanswered when that is None (as Go's server does). Writing an answer
   must finish within `write_timeout_s` (Go's WriteTimeout): a client that never reads is cut and its unsent bytes
@@ -19,8 +19,8 @@ Every resource a client can make it hold is bounded (Go's net/http server is the
 - closing: a plain TCP connection is half-closed and what the client still sends is drained for at most `linger_s`
   and `linger_bytes` (Go's closeWriteAndWait: closing with unread input sends a reset that can destroy the answer
   before the client reads it); a TLS connection closes with TLS's own close_notify;
-- stopping: close() stops listening and closes idle connections at once; requests in flight get `stop_grace_s`
-  to finish (and are answered with `connection: close`), then are cancelled.
+- stopping: close() stops listening and closes idle (and closing) connections at once; requests in flight get
+  `stop_grace_s` to finish (and are answered with `connection: close`), then are cancelled.
 """
 
 from __future__ import annotations
