@@ -293,7 +293,13 @@ class ProbeShimClient:
     def _unary(self, path: str, request, timeout_s: float, metadata) -> unary_h2.Answer:
         """One call on an idle connection (a new one if none is idle), which goes back to the idle ones after. An
         idle connection the shim closed or said GOAWAY on meanwhile (it restarted, say) is not used, as grpc's
-        channel connects again."""
+        channel connects again; a call the shim says it never processed is made once more on a new connection."""
+        answer = self._unary_once(path, request, timeout_s, metadata)
+        if answer.unprocessed and not self._closed.is_set():
+            answer = self._unary_once(path, request, timeout_s, metadata)
+        return answer
+
+    def _unary_once(self, path: str, request, timeout_s: float, metadata) -> unary_h2.Answer:
         with self._lock:
             connection = None
             while self._idle and connection is None:
@@ -362,6 +368,7 @@ class _Socket:
         self._h2 = unary_h2.Connection(authority=b"localhost" if self._unix else target.encode("idna"),
                                        user_agent=USER_AGENT, max_message=MAX_MESSAGE_BYTES)
         self.usable = True
+        self._calls = 0
 
     def call(self, path: str, request: bytes, timeout_s: float, metadata) -> unary_h2.Answer:
         """The call's answer; OSError if the socket cannot be connected."""
@@ -376,7 +383,9 @@ class _Socket:
                 self.usable = False
                 raise
         h2 = self._h2
+        reused, self._calls = self._calls > 0, self._calls + 1
         h2.call(path, request, timeout_s=timeout_s, metadata=metadata)
+        written = False
         try:
             while h2.answer is None:
                 remaining = deadline - time.monotonic()
@@ -384,6 +393,7 @@ class _Socket:
                     raise TimeoutError
                 self._sock.settimeout(remaining)  # for the writes too: alive() left the socket non-blocking
                 self._sock.sendall(h2.data_to_send())
+                written = True
                 data = self._sock.recv(1 << 16)
                 if not data:
                     self.usable = False
@@ -398,7 +408,8 @@ class _Socket:
                 self.usable = False
         except OSError as exc:
             self.usable = False
-            return h2.ended(f"Socket closed: {exc.strerror or exc}")
+            # A reused connection the shim closed just before the call was written: it never saw the call.
+            return h2.ended(f"Socket closed: {exc.strerror or exc}", unprocessed=reused and not written)
         if h2.closed:
             self.usable = False
         return h2.answer

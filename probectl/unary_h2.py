@@ -39,7 +39,7 @@ MAX_WINDOW = 2**31 - 1
 FRAME_BYTES = 16_384  # SETTINGS_MAX_FRAME_SIZE's default: ours, and the peer's until it says otherwise
 TABLE_BYTES = 4_096  # SETTINGS_HEADER_TABLE_SIZE's default
 HEADER_BLOCK_BYTES = 1 << 20  # what one header block may take, encoded (the field violations of a large request)
-PROTOCOL_ERROR, CANCEL = 0x1, 0x8
+PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0x1, 0x7, 0x8
 
 # grpc's status codes (doc/statuscodes.md).
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, PERMISSION_DENIED = 0, 1, 2, 3, 4, 5, 7
@@ -75,12 +75,15 @@ class ProtocolError(Exception):
 
 
 class Answer(NamedTuple):  # not a dataclass: dataclasses imports inspect, 5 ms of a start
-    """How a call ended: grpc's status code (0 OK), its details, the answer's message (None unless OK), and the
-    trailing metadata as grpcio gives it (text values as str, `-bin` ones decoded to bytes)."""
+    """How a call ended: grpc's status code (0 OK), its details, the answer's message (None unless OK), the
+    trailing metadata as grpcio gives it (text values as str, `-bin` ones decoded to bytes), and whether the peer
+    said it never processed the call (GOAWAY before its stream, REFUSED_STREAM): grpc's clients then try it again
+    on another connection ("transparent retry")."""
     code: int
     details: str
     message: bytes | None = None
     trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
+    unprocessed: bool = False
 
 
 # --- HPACK ---------------------------------------------------------------------------------------------------------
@@ -289,13 +292,14 @@ class Connection:
             self._out += _frame(RST_STREAM, 0, call.stream_id, struct.pack(">I", CANCEL))
             call.answer = Answer(DEADLINE_EXCEEDED, "Deadline Exceeded")
 
-    def ended(self, reason: str = "Socket closed") -> Answer:
-        """The socket closed (or failed) before the call's answer: UNAVAILABLE, as grpc's clients say it."""
+    def ended(self, reason: str = "Socket closed", *, unprocessed: bool = False) -> Answer:
+        """The socket closed (or failed) before the call's answer: UNAVAILABLE, as grpc's clients say it;
+        `unprocessed` when the caller knows the peer never read the call (it closed before the call was written)."""
         self.closed = True
         call = self._call
         if call is not None and call.answer is None:
-            call.answer = Answer(UNAVAILABLE, reason)
-        return call.answer if call is not None else Answer(UNAVAILABLE, reason)
+            call.answer = Answer(UNAVAILABLE, reason, unprocessed=unprocessed)
+        return call.answer if call is not None else Answer(UNAVAILABLE, reason, unprocessed=unprocessed)
 
     def data_to_send(self) -> bytes:
         out, self._out = bytes(self._out), bytearray()
@@ -349,14 +353,15 @@ class Connection:
             self.closed = True
             self._goaway_last = struct.unpack_from(">I", payload)[0] & MAX_WINDOW if len(payload) >= 8 else 0
             if call is not None and call.answer is None and call.stream_id > self._goaway_last:
-                call.answer = Answer(UNAVAILABLE, "GOAWAY received")
+                call.answer = Answer(UNAVAILABLE, "GOAWAY received", unprocessed=True)
         elif kind == PUSH_PROMISE:
             raise ProtocolError("PUSH_PROMISE, with push disabled")
         elif call is None or stream_id != call.stream_id or call.answer is not None:
             return  # an earlier call's stream ending, or a frame of none: nothing to do for this one
         elif kind == RST_STREAM:
             code = struct.unpack_from(">I", payload)[0] if len(payload) == 4 else PROTOCOL_ERROR
-            call.answer = Answer(RESET_CODES.get(code, INTERNAL), f"Received RST_STREAM with error code {code}")
+            call.answer = Answer(RESET_CODES.get(code, INTERNAL), f"Received RST_STREAM with error code {code}",
+                                 unprocessed=code == REFUSED_STREAM)
         elif kind == DATA:
             self._data(call, flags, payload)
 
