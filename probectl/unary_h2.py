@@ -7,8 +7,9 @@ one HEADERS and the request's DATA, then the answer's HEADERS, DATA and trailers
 WINDOW_UPDATE, RST_STREAM and GOAWAY honoured (RFC 9113; doc/PROTOCOL-HTTP2.md of grpc/grpc).
 
 Sans-IO: `Connection` turns calls into bytes to write and the bytes read into `Answer`s; probectl/client.py owns the
-socket and the clock. Tested against h2's server as the reference peer and hpack's decoder
-(tests/unit/test_probectl_unary_h2.py), and against the daemon and grpcio's server by the system tests.
+socket and the clock. Tested against h2's server as the reference peer and hpack's encoder and decoder
+(tests/unit/test_probectl_unary_h2.py, test_probectl_client_connections.py), and against the daemon's own server
+(tests/system/test_client.py, tests/system/probectl/).
 
 The request's headers are HPACK literals without indexing and without Huffman coding (nothing to keep between
 calls); the answer's are decoded in full (RFC 7541: static and dynamic table, Huffman strings through hpack's table,
