@@ -2,7 +2,7 @@
 grpc-timeout's text is grpc-go's, the kubelet's own (probe_api/grpc_wire_rules.py encode_timeout).
 
 The statuses are those grpc's clients give (doc/http-grpc-status-mapping.md, doc/statuscodes.md of grpc/grpc), checked
-against grpcio's client in tests/unit/test_grpc_client_answers.py.
+against grpcio's client in tests/unit/test_rpc_client_answers.py.
 """
 
 from __future__ import annotations

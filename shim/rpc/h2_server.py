@@ -2,7 +2,7 @@
 server does: it reads the client's preface, the streams it serves are the ones the client opens, and it keeps the
 budgets that end a connection abusing it (shim/rpc/limits.py has the numbers and why).
 
-Tested with python-hyper's h2 as the client (tests/unit/test_grpc_server_h2.py): whatever h2's client accepts from
+Tested with python-hyper's h2 as the client (tests/unit/test_rpc_server_h2.py): whatever h2's client accepts from
 it, and what it does with h2's frames.
 
 Beyond RFC 9113's own rules, a client's connection ends with GOAWAY ENHANCE_YOUR_CALM when it resets streams faster

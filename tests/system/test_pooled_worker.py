@@ -88,11 +88,11 @@ def test_the_same_pod_ip_in_two_sandboxes_is_two_pods(pod_netns, second_netns, w
         seen.setdefault(event.attempt.probe_id, event.attempt)
     # Every event names its sandbox: the daemon routes a group's events by it.
     assert (seen["first"].sandbox_id, seen["second"].sandbox_id) == (worker.sandbox_id, "second")
-    assert seen["first"].attempt.result == spec_pb.RESULT_SUCCESS
-    assert seen["second"].attempt.result == spec_pb.RESULT_FAILURE
+    assert seen["first"].status.last_attempt.result == spec_pb.RESULT_SUCCESS
+    assert seen["second"].status.last_attempt.result == spec_pb.RESULT_FAILURE
     address = f"{pod_netns.ipv4}:{server.port}"
-    assert seen["first"].attempt.address == address
-    assert seen["second"].attempt.output == f"dial tcp {address}: connect: connection refused"
+    assert seen["first"].status.last_attempt.address == address
+    assert seen["second"].status.last_attempt.output == f"dial tcp {address}: connect: connection refused"
 
 
 def test_a_removed_sandbox_takes_its_probes_along_and_is_then_unknown(pod_netns, second_netns, worker):
@@ -328,7 +328,7 @@ def test_a_workers_sandboxes_tick_together_each_probe_once_a_period(pod_netns, s
     due: dict[str, list[int]] = {"first": [], "second": []}
     while min(len(v) for v in due.values()) < 3:
         report = worker.next_event(kinds=("attempt",)).attempt
-        due[report.probe_id].append(report.attempt.scheduled_at_unix_ns)
+        due[report.probe_id].append(report.status.last_attempt.scheduled_at_unix_ns)
     # Due times are reported on the wall clock, converted from the loop's clock once per tick by two clock reads back
     # to back: a preemption between them moves one by as long as the worker was off the CPU (seen in a full run: 201
     # and 199 ms). skew_ms is five times that, for a loaded CI run; two separate grids would be 0 to 200 ms apart.

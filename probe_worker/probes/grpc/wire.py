@@ -153,7 +153,7 @@ class EagerFrameBuffer(h2.frame_buffer.FrameBuffer):
     hostile server): here the header alone decides, as Go's framer does, before any payload is waited for."""
 
     def __next__(self) -> frames.Frame:
-        header = self._data[:3]  # h2 4.x keeps the unparsed bytes here (tests/test_grpc_wire pins it)
+        header = self._data[:3]  # h2 4.x keeps the unparsed bytes here (tests/unit/test_grpc_probe_wire.py pins it)
         if len(header) == 3 and int.from_bytes(header, "big") > self.max_frame_size:
             raise h2.exceptions.FrameTooLargeError(
                 f"Received overlong frame: length {int.from_bytes(header, 'big')}, max {self.max_frame_size}")
