@@ -37,3 +37,9 @@ def test_a_row_per_command_met_at_80_ms_and_not_above():
 def test_a_run_without_the_scenario_has_its_rows_skipped():
     assert {r.status for r in probectl_startup.rows(None)} == {report.SKIPPED}
     assert {r.status for r in probectl_startup.rows({"skipped": "no console script"})} == {report.SKIPPED}
+
+
+def test_the_runs_get_a_bytecode_cache_as_an_installed_probectl_has():
+    env = probectl_startup.node_environment({"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/bin"}, "/tmp/cache")
+    assert env == {"PATH": "/bin", "PYTHONPYCACHEPREFIX": "/tmp/cache"}
+    assert probectl_startup.bytecode_note(env) == "bytecode cached"
