@@ -29,6 +29,7 @@ import struct
 from typing import NamedTuple
 
 from probe_api.grpc_wire_rules import decode_grpc_message, encode_timeout, frame_message, read_prefix
+from probe_api.hpack_literals import literal
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -89,25 +90,10 @@ class Answer(NamedTuple):  # not a dataclass: dataclasses imports inspect, 5 ms 
 
 # --- HPACK ---------------------------------------------------------------------------------------------------------
 
-def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = bytearray([first | limit])
-    value -= limit
-    while value >= 128:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
-    """Literals without indexing, new names, no Huffman coding (RFC 7541 6.2.2)."""
-    out = bytearray()
-    for name, value in headers:
-        out += b"\x00" + _integer(len(name), 7) + name + _integer(len(value), 7) + value
-    return bytes(out)
+    """Literals without indexing, new names, no Huffman coding (probe_api/hpack_literals.py, shared with the
+    daemon's server)."""
+    return b"".join(literal(name, value) for name, value in headers)
 
 
 class HeaderDecoder:

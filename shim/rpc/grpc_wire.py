@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from probe_api import hpack_literals
 from probe_api.grpc_wire_rules import (
     COMPRESSED, PREFIX_BYTES, UNCOMPRESSED, decode_grpc_message, decode_timeout, encode_grpc_message, frame_message,
     read_prefix,
@@ -184,23 +185,7 @@ percent_encoded = encode_grpc_message
 # --- header blocks ------------------------------------------------------------------------------------------------
 
 
-def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    """Literal Header Field without Indexing, new name, no Huffman (RFC 7541 6.2.2)."""
-    return b"\x00" + _integer(len(name), 7) + name + _integer(len(value), 7) + value
-
+_integer, _literal = hpack_literals.integer, hpack_literals.literal  # probe_api/hpack_literals.py: shared with probectl
 
 # ":status: 200" is entry 8 of the static table; content-type (31) as an indexed name with a literal value.
 RESPONSE_START = b"\x88" + b"\x0f\x10" + _integer(len(GRPC_CONTENT_TYPE), 7) + GRPC_CONTENT_TYPE
