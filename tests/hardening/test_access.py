@@ -44,9 +44,9 @@ CLIENT_AS = r"""
 import json, os, socket, sys
 import grpc
 from cri_proto import probe_service_pb2 as service_pb, probe_service_pb2_grpc as service_grpc
-from probectl import cli, client, render  # the command's lazy imports, read before the drop
-from probectl.commands import base, status
-import email.parser, importlib.metadata  # probectl reads its version lazily: before the drop
+from probectl import cli, client, unary_h2  # the command's lazy imports, read before the drop
+from probectl.commands import base, version
+import argparse, shutil  # argparse reads the terminal's width through shutil, lazily
 
 path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 groups = [int(g) for g in sys.argv[4].split(",") if g]
