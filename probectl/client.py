@@ -1,26 +1,24 @@
 """The Python client of a probe shim: ProbeService and the proxied CRI calls probectl needs.
 
 Owns: the endpoint (flag, then $PROBE_SHIM_ENDPOINT, then the default socket), the connections, one deadline per
-unary call, the translation of gRPC errors into three exceptions a caller can act on (ShimUnavailable: nobody
-answers at the endpoint; NotFoundError; ShimError for the rest, one line), and the resumable watch.
+unary call, the translation of gRPC errors into the exceptions a caller can act on (probectl/errors.py:
+ShimUnavailable, nobody answers at the endpoint; NotFoundError; ShimError for the rest, one line), and the resumable
+watch.
 
-Unary calls go over probectl/unary_h2.py on a socket of this module's, not grpcio: `import grpc` takes 35-57 ms of
-the 80 a probectl start may take on a 2-core node. grpcio is imported for the watch (a stream that lives for
-minutes, reconnecting, where a start's cost does not count) and to name the status of an error
-(ShimError.code is a grpc.StatusCode): never on the way of an answer, nor for "cannot reach the probe shim".
+Unary calls go over probectl/unary_h2.py on a socket of probectl/shim_socket.py's, not grpcio: `import grpc` takes
+35-57 ms of the 80 a probectl start may take on a 2-core node. grpcio is imported for the watch (a stream that lives
+for minutes, reconnecting, where a start's cost does not count) and to name the status of an error (ShimError.code
+is a grpc.StatusCode): never on the way of an answer, nor for "cannot reach the probe shim".
 
-Nobody outside this module builds a request message or touches a connection.
+Nobody outside this module and its socket (shim_socket.py) builds a request message or touches a connection.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import socket
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
@@ -30,15 +28,15 @@ from cri_proto import probe_spec_pb2 as spec_pb
 from probe_api.defaults import DEFAULT_ENDPOINT, FIELD_VIOLATIONS_KEY, MAX_MESSAGE_BYTES
 from probe_api.endpoints import upstream_target
 from probectl import unary_h2
+from probectl.errors import ENDPOINT_ENV, NotFoundError, RuntimeUnavailableError, ShimError, ShimUnavailable
+from probectl.shim_socket import ShimSocket
 
 if TYPE_CHECKING:
     import grpc
 
     from cri_proto import cri_runtime_v1_pb2 as cri_pb
 
-ENDPOINT_ENV = "PROBE_SHIM_ENDPOINT"
 CRI_CLIENT_VERSION = "v1"  # what crictl sends in VersionRequest
-USER_AGENT = f"probectl python/{sys.version_info.major}.{sys.version_info.minor}".encode("ascii")
 PROBE_SERVICE = "/" + service_pb.DESCRIPTOR.services_by_name["ProbeService"].full_name + "/"
 CRI_RUNTIME_SERVICE = "/runtime.v1.RuntimeService/"
 
@@ -69,40 +67,6 @@ _TRANSPORT_FAILURES = (
 )
 
 
-class ShimUnavailable(Exception):
-    """Nobody answers at the endpoint (no socket, nobody listening, connection lost, no permission)."""
-
-    def __init__(self, endpoint: str, details: str = "", permission_denied: bool = False) -> None:
-        self.endpoint = endpoint
-        self.details = details
-        if permission_denied:
-            hint = "permission denied on its socket (run as root or as a member of the socket's group)"
-        else:
-            hint = ("is `probe-shim serve` running? "
-                    f"(set -r/--runtime-endpoint or {ENDPOINT_ENV})")
-        super().__init__(f"cannot reach the probe shim at {endpoint}: {hint}")
-
-
-class ShimError(Exception):
-    """The shim answered with an error; str() is `CODE: details` on one line. An INVALID_ARGUMENT carries its
-    errors as data too (`violations`: FieldViolation messages naming each field)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str,
-                 violations: Sequence[service_pb.FieldViolation] = ()) -> None:
-        self.code = code
-        self.details = details
-        self.violations = list(violations)
-        super().__init__(f"{code.name}: {_one_line(details)}")
-
-
-class NotFoundError(ShimError):
-    """An unknown probe id, sandbox or network namespace."""
-
-
-class RuntimeUnavailableError(ShimError):
-    """The shim is up but the container runtime behind it does not answer a proxied CRI call."""
-
-
 class ProbeShimClient:
     def __init__(self, endpoint: str | None = None, timeout_s: float = 2.0) -> None:
         """endpoint None: $PROBE_SHIM_ENDPOINT, then DEFAULT_ENDPOINT. Raises ValueError for a malformed one."""
@@ -114,8 +78,8 @@ class ProbeShimClient:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._watch_calls: set[grpc.Call] = set()
-        self._idle: list[_Socket] = []  # connections between unary calls; one more for each call made meanwhile
-        self._busy: set[_Socket] = set()
+        self._idle: list[ShimSocket] = []  # connections between unary calls; one more for each call made meanwhile
+        self._busy: set[ShimSocket] = set()
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -307,7 +271,7 @@ class ProbeShimClient:
                 if not connection.alive():
                     connection.close()
                     connection = None
-            connection = connection or _Socket(self._target)
+            connection = connection or ShimSocket(self._target)
             self._busy.add(connection)
         try:
             return connection.call(path, request.SerializeToString(), timeout_s, metadata)
@@ -355,102 +319,6 @@ class ProbeShimClient:
 
     def _socket_missing(self) -> bool:
         return self._socket_path is not None and not os.path.exists(self._socket_path)
-
-
-class _Socket:
-    """A connection to the shim for unary calls: unary_h2.Connection over a socket, opened by its first call.
-    Not usable once the peer closed or went away, or after a call that ended without its answer."""
-
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._unix = target.startswith("unix:")
-        self._sock: socket.socket | None = None
-        self._h2 = unary_h2.Connection(authority=b"localhost" if self._unix else target.encode("idna"),
-                                       user_agent=USER_AGENT, max_message=MAX_MESSAGE_BYTES)
-        self.usable = True
-        self._calls = 0
-
-    def call(self, path: str, request: bytes, timeout_s: float, metadata) -> unary_h2.Answer:
-        """The call's answer; OSError if the socket cannot be connected."""
-        deadline = time.monotonic() + timeout_s
-        if self._sock is None:
-            try:
-                self._sock = self._connect(timeout_s)
-            except TimeoutError:
-                self.usable = False
-                return unary_h2.Answer(unary_h2.DEADLINE_EXCEEDED, "Deadline Exceeded")
-            except OSError:
-                self.usable = False
-                raise
-        h2 = self._h2
-        reused, self._calls = self._calls > 0, self._calls + 1
-        h2.call(path, request, timeout_s=timeout_s, metadata=metadata)
-        written = False
-        try:
-            while h2.answer is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                self._sock.settimeout(remaining)  # for the writes too: alive() left the socket non-blocking
-                self._sock.sendall(h2.data_to_send())
-                written = True
-                data = self._sock.recv(1 << 16)
-                if not data:
-                    self.usable = False
-                    return h2.ended("Socket closed")
-                h2.receive(data)
-            self._sock.sendall(h2.data_to_send())  # acknowledgements
-        except TimeoutError:
-            h2.cancel()
-            try:
-                self._sock.sendall(h2.data_to_send())
-            except OSError:
-                self.usable = False
-        except OSError as exc:
-            self.usable = False
-            # A reused connection the shim closed just before the call was written: it never saw the call.
-            return h2.ended(f"Socket closed: {exc.strerror or exc}", unprocessed=reused and not written)
-        if h2.closed:
-            self.usable = False
-        return h2.answer
-
-    def alive(self) -> bool:
-        """Whether this idle connection can take another call, once what the peer sent meanwhile is read."""
-        if self._sock is None or not self.usable:
-            return False
-        try:
-            self._sock.setblocking(False)  # a socket with a timeout would wait for it, whatever the flags say
-            while data := self._sock.recv(1 << 16):
-                self._h2.receive(data)
-            return False  # the peer closed it
-        except BlockingIOError:
-            return self.usable and not self._h2.closed
-        except OSError:
-            return False
-
-    def _connect(self, timeout_s: float) -> socket.socket:
-        if self._unix:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.settimeout(timeout_s)
-                sock.connect(self._target[len("unix:"):])
-            except BaseException:
-                sock.close()
-                raise
-            return sock
-        host, _, port = self._target.rpartition(":")
-        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-
-    def close(self) -> None:
-        self.usable = False
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)  # wakes a call blocked on it in another thread
-            except OSError:
-                pass
-            self._sock.close()
 
 
 def _parsed(response_type, answer: unary_h2.Answer):
@@ -527,7 +395,3 @@ def _filter(probe_id: str, pod_sandbox_id: str, container_id: str, probe_type: i
     if state is not None:
         out.state = state
     return out
-
-
-def _one_line(text: str) -> str:
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip())

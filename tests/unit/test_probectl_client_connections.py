@@ -1,7 +1,7 @@
-"""probectl's client over its own connections (probectl/client.py, _Socket): a unix socket served by h2's server in a
-thread. A connection is reused while the shim keeps it, replaced once the shim closed it, as grpc's channel connects
-again (GOAWAY: tests/unit/test_probectl_unary_h2.py, and a restarted daemon: tests/system/test_client.py); what
-fails is said in the client's exceptions."""
+"""probectl's client over its own connections (probectl/client.py, probectl/shim_socket.py): a unix socket served by
+h2's server in a thread. A connection is reused while the shim keeps it, replaced once the shim closed it, as grpc's
+channel connects again (GOAWAY: tests/unit/test_probectl_unary_h2.py, and a restarted daemon:
+tests/system/test_client.py); what fails is said in the client's exceptions."""
 
 from __future__ import annotations
 
