@@ -12,8 +12,7 @@ socket and the clock. Tested against h2's server as the reference peer and hpack
 (tests/system/test_client.py, tests/system/probectl/).
 
 The request's headers are HPACK literals without indexing and without Huffman coding (nothing to keep between
-calls); the answer's are decoded in full (RFC 7541: static and dynamic table, Huffman strings through hpack's table,
-imported only if the peer Huffman-codes a string, which the shim's server does not).
+calls); the answer's are decoded in full (probectl/hpack_decoder.py).
 
 Statuses are grpc's (doc/statuscodes.md, doc/http-grpc-status-mapping.md), as numbers: the caller names them.
 Bounds: an answer's message at most `max_message` bytes (RESOURCE_EXHAUSTED beyond, as grpcio's channel option), a
@@ -30,6 +29,7 @@ from typing import NamedTuple
 
 from probe_api.grpc_wire_rules import decode_grpc_message, encode_timeout, frame_message, read_prefix
 from probe_api.hpack_literals import literal
+from probectl.hpack_decoder import HeaderDecoder, ProtocolError
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -39,7 +39,6 @@ SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, 
 DEFAULT_WINDOW = 65_535
 MAX_WINDOW = 2**31 - 1
 FRAME_BYTES = 16_384  # SETTINGS_MAX_FRAME_SIZE's default: ours, and the peer's until it says otherwise
-TABLE_BYTES = 4_096  # SETTINGS_HEADER_TABLE_SIZE's default
 HEADER_BLOCK_BYTES = 1 << 20  # what one header block may take, encoded (the field violations of a large request)
 PROTOCOL_ERROR, REFUSED_STREAM, CANCEL = 0x1, 0x7, 0x8
 
@@ -53,28 +52,6 @@ HTTP_STATUS_CODES = {b"400": INTERNAL, b"401": UNAUTHENTICATED, b"403": PERMISSI
 RESET_CODES = {0x0: INTERNAL, 0x7: UNAVAILABLE, 0x8: CANCELLED, 0xB: RESOURCE_EXHAUSTED, 0xC: PERMISSION_DENIED}
 
 _FRAME = struct.Struct(">IBI")  # length (24 bits, packed with the type: see _frame), type, flags, stream id
-
-STATIC_TABLE = (  # RFC 7541 Appendix A, index 1 first
-    (b":authority", b""), (b":method", b"GET"), (b":method", b"POST"), (b":path", b"/"), (b":path", b"/index.html"),
-    (b":scheme", b"http"), (b":scheme", b"https"), (b":status", b"200"), (b":status", b"204"), (b":status", b"206"),
-    (b":status", b"304"), (b":status", b"400"), (b":status", b"404"), (b":status", b"500"), (b"accept-charset", b""),
-    (b"accept-encoding", b"gzip, deflate"), (b"accept-language", b""), (b"accept-ranges", b""), (b"accept", b""),
-    (b"access-control-allow-origin", b""), (b"age", b""), (b"allow", b""), (b"authorization", b""),
-    (b"cache-control", b""), (b"content-disposition", b""), (b"content-encoding", b""), (b"content-language", b""),
-    (b"content-length", b""), (b"content-location", b""), (b"content-range", b""), (b"content-type", b""),
-    (b"cookie", b""), (b"date", b""), (b"etag", b""), (b"expect", b""), (b"expires", b""), (b"from", b""),
-    (b"host", b""), (b"if-match", b""), (b"if-modified-since", b""), (b"if-none-match", b""), (b"if-range", b""),
-    (b"if-unmodified-since", b""), (b"last-modified", b""), (b"link", b""), (b"location", b""),
-    (b"max-forwards", b""), (b"proxy-authenticate", b""), (b"proxy-authorization", b""), (b"range", b""),
-    (b"referer", b""), (b"refresh", b""), (b"retry-after", b""), (b"server", b""), (b"set-cookie", b""),
-    (b"strict-transport-security", b""), (b"transfer-encoding", b""), (b"user-agent", b""), (b"vary", b""),
-    (b"via", b""), (b"www-authenticate", b""),
-)
-
-
-class ProtocolError(Exception):
-    """The peer broke HTTP/2 or HPACK: the connection is of no further use."""
-
 
 class Answer(NamedTuple):  # not a dataclass: dataclasses imports inspect, 5 ms of a start
     """How a call ended: grpc's status code (0 OK), its details, the answer's message (None unless OK), the
@@ -94,97 +71,6 @@ def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     """Literals without indexing, new names, no Huffman coding (probe_api/hpack_literals.py, shared with the
     daemon's server)."""
     return b"".join(literal(name, value) for name, value in headers)
-
-
-class HeaderDecoder:
-    """RFC 7541's decoder: the dynamic table lives as long as the connection."""
-
-    def __init__(self) -> None:
-        self._table: list[tuple[bytes, bytes]] = []  # newest first
-        self._size = 0
-        self._max = TABLE_BYTES
-
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        headers = []
-        at, end = 0, len(block)
-        while at < end:
-            byte = block[at]
-            if byte & 0x80:  # indexed
-                index, at = self._int(block, at, 7)
-                headers.append(self._entry(index))
-            elif byte & 0x40:  # literal with incremental indexing
-                name, value, at = self._literal(block, at, 6)
-                headers.append((name, value))
-                self._add(name, value)
-            elif byte & 0x20:  # dynamic table size update
-                size, at = self._int(block, at, 5)
-                if size > TABLE_BYTES:
-                    raise ProtocolError(f"HPACK table size {size} above the {TABLE_BYTES} advertised")
-                self._max = size
-                self._evict()
-            else:  # without indexing, or never indexed
-                name, value, at = self._literal(block, at, 4)
-                headers.append((name, value))
-        return headers
-
-    def _int(self, block: bytes, at: int, prefix_bits: int) -> tuple[int, int]:
-        limit = (1 << prefix_bits) - 1
-        value = block[at] & limit
-        at += 1
-        if value < limit:
-            return value, at
-        shift = 0
-        while True:
-            if at >= len(block) or shift > 28:
-                raise ProtocolError("HPACK integer truncated or too large")
-            byte = block[at]
-            at += 1
-            value += (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value, at
-
-    def _string(self, block: bytes, at: int) -> tuple[bytes, int]:
-        huffman = block[at] & 0x80
-        length, at = self._int(block, at, 7)
-        if at + length > len(block):
-            raise ProtocolError("HPACK string truncated")
-        raw = block[at:at + length]
-        if huffman:
-            from hpack.exceptions import HPACKDecodingError
-            from hpack.huffman_table import decode_huffman  # 17 ms: only for a peer that Huffman-codes
-
-            try:
-                raw = decode_huffman(raw)
-            except HPACKDecodingError as exc:
-                raise ProtocolError(f"HPACK Huffman string: {exc}") from exc
-        return raw, at + length
-
-    def _literal(self, block: bytes, at: int, prefix_bits: int) -> tuple[bytes, bytes, int]:
-        index, at = self._int(block, at, prefix_bits)
-        if index:
-            name = self._entry(index)[0]
-        else:
-            name, at = self._string(block, at)
-        value, at = self._string(block, at)
-        return name, value, at
-
-    def _entry(self, index: int) -> tuple[bytes, bytes]:
-        if 1 <= index <= len(STATIC_TABLE):
-            return STATIC_TABLE[index - 1]
-        if 0 <= index - len(STATIC_TABLE) - 1 < len(self._table):
-            return self._table[index - len(STATIC_TABLE) - 1]
-        raise ProtocolError(f"HPACK index {index} out of the table")
-
-    def _add(self, name: bytes, value: bytes) -> None:
-        self._table.insert(0, (name, value))
-        self._size += len(name) + len(value) + 32
-        self._evict()
-
-    def _evict(self) -> None:
-        while self._size > self._max:
-            name, value = self._table.pop()
-            self._size -= len(name) + len(value) + 32
 
 
 # --- the connection ------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from hpack.table import HeaderTable
 
 from probe_api.grpc_wire_rules import frame_message
-from probectl import unary_h2
+from probectl import hpack_decoder, unary_h2
 
 PATH = "/runtime.probe.v1alpha1.ProbeService/ShimVersion"
 OK_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
@@ -67,12 +67,12 @@ def started(peer: Peer, request: bytes = b"\x08\x01", **kwargs) -> unary_h2.Conn
 
 
 def test_the_static_table_is_rfc_7541s():
-    assert unary_h2.STATIC_TABLE == tuple(HeaderTable.STATIC_TABLE)
+    assert hpack_decoder.STATIC_TABLE == tuple(HeaderTable.STATIC_TABLE)
 
 
 @pytest.mark.parametrize("huffman", [False, True])
 def test_the_decoder_reads_what_hpacks_encoder_writes_block_after_block(huffman):
-    encoder, decoder = hpack.Encoder(), unary_h2.HeaderDecoder()
+    encoder, decoder = hpack.Encoder(), hpack_decoder.HeaderDecoder()
     blocks = [[(b":status", b"200"), (b"content-type", b"application/grpc"), (b"x-long", b"v" * 300)],
               [(b"grpc-status", b"0"), (b"x-long", b"v" * 300), (b"x-secret", b"s", True)],  # the table, never indexed
               [(b"content-type", b"application/grpc"), (b"x-\xff", b"\x00\xff")]]
@@ -82,7 +82,7 @@ def test_the_decoder_reads_what_hpacks_encoder_writes_block_after_block(huffman)
 
 
 def test_the_decoder_follows_table_size_updates_and_evicts():
-    encoder, decoder = hpack.Encoder(), unary_h2.HeaderDecoder()
+    encoder, decoder = hpack.Encoder(), hpack_decoder.HeaderDecoder()
     encoder.header_table_size = 100
     for index in range(5):
         headers = [(b"x-header", b"%d" % index * 20), (b"x-header", b"%d" % index * 20)]
@@ -91,9 +91,9 @@ def test_the_decoder_follows_table_size_updates_and_evicts():
 
 def test_the_decoder_refuses_an_index_out_of_the_table_and_a_truncated_string():
     with pytest.raises(unary_h2.ProtocolError):
-        unary_h2.HeaderDecoder().decode(b"\xbf")  # index 63: the dynamic table is empty
+        hpack_decoder.HeaderDecoder().decode(b"\xbf")  # index 63: the dynamic table is empty
     with pytest.raises(unary_h2.ProtocolError):
-        unary_h2.HeaderDecoder().decode(b"\x00\x05ab")
+        hpack_decoder.HeaderDecoder().decode(b"\x00\x05ab")
 
 
 def test_request_headers_read_back_with_hpacks_decoder():
