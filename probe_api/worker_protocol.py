@@ -8,7 +8,8 @@ request_rules.py for ProbeService, probe_api/bridge_command.py for the kubelet b
 of probe_api/validation.py). The worker trusts them: the daemon that sends them is root and started it, and a
 daemon of another release never speaks to it (WORKER_PROTOCOL_VERSION gates adoption). Its threat model is the
 probe targets, not the daemon; what it checks itself is its own state (is the sandbox one it serves, has a probe
-an id to be found by), not the spec.
+an id to be found by) and the fields of a request that only the worker protocol has (RunOnce's max_tries and
+lifecycle_hook, `run_once_errors`), not the spec.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import struct
 
 from google.protobuf.message import Message
+
+from cri_proto import probe_worker_pb2 as worker_pb
+from probe_api.defaults import MAX_TRIES
 
 
 MAX_FRAME = 1 << 20
@@ -58,3 +62,14 @@ class FrameDecoder:
             frames.append(bytes(self._buf[_HEADER.size:end]))
             del self._buf[:end]
         return frames
+
+
+def run_once_errors(run: worker_pb.RunOnce) -> list[str]:
+    """RunOnce's own fields (no API edge sees them: the daemon sets them): tries within the kubelet's bound, and a
+    lifecycle hook's handler one a core/v1 LifecycleHandler can have."""
+    errors = []
+    if not 0 <= run.max_tries <= MAX_TRIES:
+        errors.append(f"max_tries: Invalid value: {run.max_tries}: must be between 0 and {MAX_TRIES}, inclusive")
+    if run.lifecycle_hook and run.probe.spec.HasField("grpc"):
+        errors.append("probe.spec.grpc: Forbidden: a lifecycle hook handler is http_get or tcp_socket")
+    return errors

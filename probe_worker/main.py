@@ -35,7 +35,7 @@ from typing import Any
 
 from cri_proto import probe_worker_pb2 as worker_pb
 from probe_api.defaults import HEARTBEAT_INTERVAL_MS, KUBELET_VERSION, WORKER_GID, WORKER_OPEN_FILES, WORKER_UID
-from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION
+from probe_api.worker_protocol import WORKER_PROTOCOL_VERSION, run_once_errors
 from probe_worker.channel import AsyncChannel, BlockingChannel, ChannelClosed
 from probe_worker.netns import NetnsError, isolate_network
 from probe_worker.outbox import Outbox
@@ -233,7 +233,7 @@ class Session:
         await self.reply(seq, ack=worker_pb.Ack())
 
     async def run_once(self, seq: int, msg: worker_pb.RunOnce) -> None:
-        errors = self.group.check(msg.probe)
+        errors = run_once_errors(msg) or self.group.check(msg.probe)
         if errors:
             await self.reject(seq, errors)
             return
